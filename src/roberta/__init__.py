@@ -1,0 +1,7 @@
+"""roberta: RoBERTa pretraining, fine-tuning and inference, exact to fairseq and HF transformers."""
+
+from roberta.config import RobertaConfig
+from roberta.errors import UserError
+from roberta.model import RobertaModel
+
+__all__ = ["RobertaConfig", "RobertaModel", "UserError"]

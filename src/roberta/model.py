@@ -1,0 +1,178 @@
+"""RoBERTa, top to bottom: embeddings, self-attention, encoder layer, encoder, heads.
+
+The numerics follow fairseq's `TransformerSentenceEncoder` and HF's `modeling_roberta`:
+post-LayerNorm layers, exact (erf) GELU, learned positions offset past the padding index.
+The module knows nothing about devices, precision, parallelism or files.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from roberta.config import RobertaConfig
+from roberta.errors import UserError
+
+
+def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
+    """Position ids counted over real tokens only, starting at padding_idx + 1 (fairseq's rule).
+
+    Padding keeps position padding_idx, whose embedding row is zero.
+    """
+    real = tokens.ne(padding_idx).int()
+    return (torch.cumsum(real, dim=1) * real).long() + padding_idx
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: RobertaConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.dropout = config.attention_dropout
+        # One fused projection: a single matrix product instead of three.
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = (
+            self.qkv(x).view(batch, length, 3, self.num_heads, width // self.num_heads).permute(2, 0, 3, 1, 4)
+        )
+        x = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.out_proj(x.transpose(1, 2).reshape(batch, length, width))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: RobertaConfig):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.fc1 = nn.Linear(config.hidden_size, config.ffn_size)
+        self.fc2 = nn.Linear(config.ffn_size, config.hidden_size)
+        self.ffn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention_layer_norm(x + self.dropout(self.attention(x, attn_mask)))
+        h = self.fc2(self.activation_dropout(F.gelu(self.fc1(x))))
+        return self.ffn_layer_norm(x + self.dropout(h))
+
+
+class LMHead(nn.Module):
+    """dense → GELU → LayerNorm → projection onto the (tied) token embedding, plus a bias."""
+
+    def __init__(self, config: RobertaConfig, embedding_weight: nn.Parameter):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.weight = embedding_weight
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.layer_norm(F.gelu(self.dense(x))), self.weight, self.bias)
+
+
+class ClassificationHead(nn.Module):
+    """Sentence-level head on the `<s>` token: dropout → dense → tanh → dropout → projection."""
+
+    def __init__(self, config: RobertaConfig, num_classes: int, inner_dim: int | None = None):
+        super().__init__()
+        inner_dim = inner_dim or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, inner_dim)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.out_proj = nn.Linear(inner_dim, num_classes)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(features[:, 0])
+        return self.out_proj(self.dropout(torch.tanh(self.dense(x))))
+
+
+class EncoderOutput(NamedTuple):
+    last_hidden_state: torch.Tensor
+    # Embedding output first, then every layer's output; None unless asked for.
+    hidden_states: list[torch.Tensor] | None
+
+
+class RobertaModel(nn.Module):
+    def __init__(self, config: RobertaConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.padding_idx)
+        self.embed_positions = nn.Embedding(config.max_positions, config.hidden_size, config.padding_idx)
+        self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.lm_head = LMHead(config, self.embed_tokens.weight)
+        self.heads = nn.ModuleDict()
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # BERT/fairseq initialisation: N(0, 0.02) weights, zero biases, a zero padding row.
+        std = self.config.init_std
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor, return_all_hiddens: bool = False) -> EncoderOutput:
+        """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H]."""
+        if tokens.size(1) > self.config.max_tokens:
+            raise UserError(
+                f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_tokens} positions"
+            )
+        padding = tokens.eq(self.config.padding_idx)
+        # Without padding, no mask: SDPA may then take its fastest (flash) kernel.
+        attn_mask = ~padding[:, None, None, :] if padding.any() else None
+        x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
+        x = self.dropout(self.embed_layer_norm(x))
+        hidden_states = [x] if return_all_hiddens else None
+        for layer in self.layers:
+            x = layer(x, attn_mask)
+            if hidden_states is not None:
+                hidden_states.append(x)
+        return EncoderOutput(x, hidden_states)
+
+    def lm_logits(self, hidden: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
+        """Vocabulary logits; with a boolean `selected` mask, only for those positions ([N, V]).
+
+        Pretraining passes the masked positions: logits for the other ~85% of tokens would be
+        most of a small model's compute and are never used.
+        """
+        if selected is not None:
+            hidden = hidden[selected]
+        return self.lm_head(hidden)
+
+    def add_classification_head(self, name: str, num_classes: int, inner_dim: int | None = None) -> None:
+        self.heads[name] = ClassificationHead(self.config, num_classes, inner_dim)
+        self.heads[name].apply(self._init_weights)
+
+    def add_head(self, name: str, head: nn.Module) -> None:
+        """Attach any task head (span extraction, multiple choice) under a name."""
+        self.heads[name] = head
+
+    def remove_head(self, name: str) -> None:
+        self._require_head(name)
+        del self.heads[name]
+
+    def classify(self, name: str, hidden: torch.Tensor) -> torch.Tensor:
+        return self._require_head(name)(hidden)
+
+    def _require_head(self, name: str) -> nn.Module:
+        if name not in self.heads:
+            known = ", ".join(self.heads) or "none"
+            raise UserError(f"unknown head {name!r} (registered: {known})")
+        return self.heads[name]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
