@@ -1,0 +1,101 @@
+"""The model's own properties, independent of any foreign implementation."""
+
+import pytest
+import torch
+
+from roberta import RobertaConfig, RobertaModel, UserError
+from roberta.model import make_positions
+
+MICRO = RobertaConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
+
+
+def test_presets_have_the_published_shapes():
+    shapes = {
+        name: (c.num_layers, c.hidden_size, c.num_heads, c.ffn_size)
+        for name in ("tiny", "medium", "base", "large")
+        for c in [RobertaConfig.preset(name)]
+    }
+    assert shapes == {
+        "tiny": (4, 512, 8, 2048),
+        "medium": (8, 512, 8, 2048),
+        "base": (12, 768, 12, 3072),
+        "large": (24, 1024, 16, 4096),
+    }
+    base = RobertaConfig.preset("base")
+    assert (base.vocab_size, base.max_positions, base.padding_idx, base.layer_norm_eps) == (50265, 514, 1, 1e-5)
+
+
+def test_base_parameter_count_matches_the_paper():
+    model = RobertaModel(RobertaConfig.preset("base"))
+    assert round(model.num_parameters() / 1e6) == 125
+
+
+def test_unknown_preset_and_bad_shape_are_user_errors():
+    with pytest.raises(UserError, match="unknown model preset 'huge'"):
+        RobertaConfig.preset("huge")
+    with pytest.raises(UserError, match="not divisible"):
+        RobertaConfig(hidden_size=30, num_heads=4)
+
+
+def test_config_round_trips_through_json(tmp_path):
+    MICRO.save(tmp_path / "config.json")
+    assert RobertaConfig.load(tmp_path / "config.json") == MICRO
+    (tmp_path / "bad.json").write_text('{"hidden_size": 32,\n "colour": 1}')
+    with pytest.raises(UserError, match="unknown field"):
+        RobertaConfig.load(tmp_path / "bad.json")
+
+
+def test_positions_skip_padding_and_start_after_padding_idx():
+    tokens = torch.tensor([[0, 5, 6, 2], [0, 7, 2, 1]])
+    assert make_positions(tokens, padding_idx=1).tolist() == [[2, 3, 4, 5], [2, 3, 4, 1]]
+
+
+def test_initialisation_zeroes_padding_rows_and_biases():
+    model = RobertaModel(MICRO)
+    assert model.embed_tokens.weight[1].abs().sum() == 0
+    assert model.embed_positions.weight[1].abs().sum() == 0
+    assert model.layers[0].fc1.bias.abs().sum() == 0
+    assert 0.015 < model.layers[0].fc1.weight.std().item() < 0.025
+    assert model.lm_head.weight is model.embed_tokens.weight
+
+
+def test_padding_does_not_change_real_tokens_outputs():
+    model = RobertaModel(MICRO).eval()
+    short = torch.tensor([[0, 5, 6, 2]])
+    padded = torch.tensor([[0, 5, 6, 2, 1, 1]])
+    a = model(short).last_hidden_state
+    b = model(padded).last_hidden_state[:, :4]
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def test_all_hiddens_layout_ends_with_the_last_state():
+    model = RobertaModel(MICRO).eval()
+    out = model(torch.tensor([[0, 5, 6, 2]]), return_all_hiddens=True)
+    assert len(out.hidden_states) == MICRO.num_layers + 1
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    assert model(torch.tensor([[0, 5, 6, 2]])).hidden_states is None
+
+
+def test_lm_logits_on_selected_positions_equal_the_full_logits_there():
+    model = RobertaModel(MICRO).eval()
+    tokens = torch.tensor([[0, 5, 6, 7, 2], [0, 8, 9, 2, 1]])
+    hidden = model(tokens).last_hidden_state
+    selected = torch.tensor([[False, True, False, True, False], [False, False, True, False, False]])
+    torch.testing.assert_close(model.lm_logits(hidden, selected), model.lm_logits(hidden)[selected])
+    assert model.lm_logits(hidden, selected).shape == (3, MICRO.vocab_size)
+
+
+def test_heads_are_added_used_and_removed_by_name():
+    model = RobertaModel(MICRO).eval()
+    model.add_classification_head("sst2", num_classes=2)
+    hidden = model(torch.tensor([[0, 5, 2]])).last_hidden_state
+    assert model.classify("sst2", hidden).shape == (1, 2)
+    model.remove_head("sst2")
+    with pytest.raises(UserError, match="unknown head 'sst2'"):
+        model.classify("sst2", hidden)
+
+
+def test_too_long_input_is_refused_with_the_limit():
+    model = RobertaModel(MICRO)
+    with pytest.raises(UserError, match="exceeds the model's 32 positions"):
+        model(torch.zeros(1, 33, dtype=torch.long))
