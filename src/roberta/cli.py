@@ -29,9 +29,47 @@ def _demo(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _prepare(subparsers) -> None:
+    p = subparsers.add_parser(
+        "prepare",
+        help="encode text files into a binarized corpus directory for pretraining",
+        description="Text files (plain, .gz, .jsonl) -> token memmap + sentence/document offsets + "
+        "meta.json, with a validation split held out by whole documents. In text files a line is a "
+        "sentence and a blank line ends a document.",
+    )
+    p.add_argument("inputs", nargs="+", help="text files, or directories of *.txt/*.text/*.jsonl/*.gz files")
+    p.add_argument("--tokenizer", required=True, help="tokenizer directory (see `roberta train-tokenizer`)")
+    p.add_argument("--out", required=True, help="corpus directory to create")
+    p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
+    p.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the validation draw (default 0)")
+    p.add_argument("--line-is-document", action="store_true", help="every non-blank line is a document")
+    p.add_argument("--jsonl-text-field", default="text", help="text field of .jsonl records (default text)")
+    p.add_argument(
+        "--errors", choices=["strict", "replace"], default="strict",
+        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
+    )
+    p.add_argument("--shard-mb", type=int, default=1024, help="input megabytes per output shard (default 1024)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.data.prepare import prepare
+
+        out = prepare(
+            args.inputs, args.tokenizer, args.out, workers=args.workers, valid_fraction=args.valid_fraction,
+            seed=args.seed, line_is_document=args.line_is_document, jsonl_text_field=args.jsonl_text_field,
+            errors=args.errors, shard_bytes=args.shard_mb << 20, overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+        print(out)
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
-VERBS = [_demo]
+VERBS = [_demo, _prepare]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,263 @@
+"""Batches of masked sequences for the trainer, from a prepared corpus directory.
+
+    from roberta.data import DataConfig, build_loader
+    loader = build_loader("corpus/", config=DataConfig(), micro_batch=16, seed=0,
+                          rank=rank, world_size=world_size, start_step=saved["step"])
+    for batch in loader:           # endless: epoch after epoch (pass epochs=1 for one pass)
+        ...
+        saved = loader.state_dict()  # {"step": micro-batches this rank has consumed}
+
+Each batch is a dict of torch tensors:
+    input_ids    int64 [B, T]  masked sequences, padded with the corpus' pad id to the longest in
+                               the batch (attention masks come from `input_ids != pad_id`)
+    labels       int64 [B, T]  the original token where a prediction is due, IGNORE_INDEX (-100,
+                               cross_entropy's default ignore_index) elsewhere, padding included
+    nsp_labels   int64 [B]     pair formats only: 0 = B follows A, 1 = B from another document
+
+B is `micro_batch` for FULL-SENTENCES and SEGMENT-PAIR; for DOC-SENTENCES and SENTENCE-PAIR the
+batch holds a token budget of micro_batch * block_size (padded size), so B varies. Gradient
+accumulation is the trainer's business.
+
+Everything is a function of (seed, epoch, step): the epoch's order is a permutation seeded by
+(seed, epoch); rank r of world_size w takes global batches r, r + w, r + 2w, ... (the last
+incomplete round is dropped in training so every rank takes the same number of steps); sequence i
+is masked by `masking_rng(seed, epoch, i)`. So resuming at step n is computing where step n lies,
+not replaying the n steps before it, and a resumed run sees the same batches and masks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from roberta.data import packing
+from roberta.data.corpus import Corpus
+from roberta.data.masking import IGNORE_INDEX, MaskingConfig, MaskVocab, mask_tokens, masking_rng
+from roberta.errors import UserError
+
+_ORDER_STREAM = 0x6F72646572  # keeps the shuffling streams apart from masking and pairing
+_PAIR_STREAM = 0x70616972
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    format: str = packing.FULL_SENTENCES  # one of packing.FORMATS
+    block_size: int = 512  # tokens per sequence, <s> and </s> included
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+
+    def __post_init__(self) -> None:
+        if self.format not in packing.FORMATS:
+            raise UserError(f"data: unknown format {self.format!r}; choose one of {', '.join(packing.FORMATS)}")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One epoch on one rank: the sequences (ranges) and the batches of sequence indices."""
+
+    starts: np.ndarray  # pair formats: A ranges
+    ends: np.ndarray
+    pairs: packing.Pairs | None
+    order: np.ndarray | None  # fixed-count formats: a permutation, batch j = order[j*B:(j+1)*B]
+    budget: list[np.ndarray] | None  # budget formats: global batches
+    num_batches: int  # on this rank
+
+
+class PretrainDataset(Dataset):
+    """Map-style dataset whose item `step` is the whole micro-batch this rank trains on at that step."""
+
+    def __init__(
+        self, corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(),
+        micro_batch: int, seed: int, rank: int = 0, world_size: int = 1,
+    ):
+        if not 0 <= rank < world_size:
+            raise UserError(f"data: rank {rank} is not in [0, world_size={world_size})")
+        if micro_batch < 1:
+            raise UserError(f"data: micro_batch must be >= 1, not {micro_batch}")
+        corpus = Corpus(corpus_dir)
+        self.config, self.micro_batch, self.seed, self.rank, self.world_size = config, micro_batch, seed, rank, world_size
+        self.split = corpus.split(split)
+        self.specials = corpus.specials
+        self.drop_last = split == "train"
+        self.vocab = MaskVocab(
+            mask_id=self.specials.mask_id,
+            special_ids=self.specials.ids,
+            vocab_size=self.specials.vocab_size,
+            word_starts=corpus.word_starts() if config.masking.whole_word else None,
+        )
+        if self.split.num_tokens == 0:
+            raise UserError(f"{corpus.directory}: the {split} split is empty")
+        offsets, documents = self.split.sentence_offsets, self.split.document_offsets
+        self._document_tokens = self.split.document_token_offsets
+        if config.format in packing.PAIR_FORMATS:
+            whole = config.format == packing.SEGMENT_PAIR
+            self._segments = packing.segments(offsets, documents, (config.block_size - 4) // 2, whole)
+            self._blocks = None
+        else:
+            cross = config.format == packing.FULL_SENTENCES
+            self._blocks = packing.pack_blocks(offsets, documents, config.block_size, cross)
+        self._plan_cache: tuple[int, _Plan] | None = None
+        self._epoch_sizes: dict[int, int] = {}
+        if self.batches_in_epoch(0) == 0:
+            raise UserError(
+                f"{corpus.directory}: the {split} split is too small for micro_batch {micro_batch} on {world_size} rank(s)"
+            )
+
+    # --- planning --------------------------------------------------------------------------
+
+    def _data_epoch(self, epoch: int) -> int:
+        copies = self.config.masking.static_copies
+        return epoch % copies if copies else epoch
+
+    def plan(self, epoch: int) -> _Plan:
+        if self._plan_cache is None or self._plan_cache[0] != epoch:
+            self._plan_cache = (epoch, self._make_plan(epoch))
+        return self._plan_cache[1]
+
+    def _make_plan(self, epoch: int) -> _Plan:
+        pairs = None
+        if self._blocks is None:
+            rng = np.random.default_rng([self.seed, self._data_epoch(epoch), _PAIR_STREAM])
+            pairs = packing.make_pairs(*self._segments, rng)
+            starts, ends = pairs.a_start, pairs.a_end
+            lengths = (pairs.a_end - pairs.a_start) + (pairs.b_end - pairs.b_start) + 4
+        else:
+            starts, ends = self._blocks
+            offsets = self.split.sentence_offsets
+            closed = np.searchsorted(offsets, ends, side="right") - np.searchsorted(offsets, starts, side="right")
+            lengths = (ends - starts) + closed + 1
+        rng = np.random.default_rng([self.seed, epoch, _ORDER_STREAM])
+        world, rank = self.world_size, self.rank
+        if self.config.format in packing.BUDGET_FORMATS:
+            budget = packing.budget_batches(lengths, self.micro_batch * self.config.block_size, rng)
+            total, order = len(budget), None
+        else:
+            order, budget = rng.permutation(len(starts)), None
+            total = len(starts) // self.micro_batch if self.drop_last else -(-len(starts) // self.micro_batch)
+        num = total // world if self.drop_last else len(range(rank, total, world))
+        return _Plan(starts, ends, pairs, order, budget, num)
+
+    def batches_in_epoch(self, epoch: int) -> int:
+        if self.config.format not in packing.BUDGET_FORMATS:
+            epoch = 0  # the count does not change from epoch to epoch
+        if epoch not in self._epoch_sizes:
+            self._epoch_sizes[epoch] = self.plan(epoch).num_batches
+        return self._epoch_sizes[epoch]
+
+    def locate(self, step: int) -> tuple[int, int]:
+        """(epoch, batch within the epoch) of this rank's `step`."""
+        if self.config.format not in packing.BUDGET_FORMATS:
+            return divmod(step, self.batches_in_epoch(0))
+        epoch = 0
+        while step >= self.batches_in_epoch(epoch):
+            step -= self.batches_in_epoch(epoch)
+            epoch += 1
+        return epoch, step
+
+    # --- serving ---------------------------------------------------------------------------
+
+    def sequence_indices(self, step: int) -> tuple[int, np.ndarray]:
+        epoch, i = self.locate(step)
+        plan = self.plan(epoch)
+        j = i * self.world_size + self.rank
+        if plan.budget is not None:
+            return epoch, plan.budget[j]
+        return epoch, plan.order[j * self.micro_batch : (j + 1) * self.micro_batch]
+
+    def sequence(self, plan: _Plan, index: int) -> np.ndarray:
+        bos, eos = self.specials.bos_id, self.specials.eos_id
+        start, end = int(plan.starts[index]), int(plan.ends[index])
+        if plan.pairs is not None:
+            b = self.split.tokens(int(plan.pairs.b_start[index]), int(plan.pairs.b_end[index]))
+            return packing.pair_tokens(self.split.tokens(start, end), b, bos, eos)
+        separators = self._document_tokens if self.config.format == packing.FULL_SENTENCES else None
+        return packing.block_tokens(self.split.tokens(start, end), start, self.split.sentence_offsets, separators, bos, eos)
+
+    def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
+        epoch, indices = self.sequence_indices(step)
+        plan = self.plan(epoch)
+        rows = []
+        for index in indices:
+            rng = masking_rng(self.seed, epoch, int(index), self.config.masking.static_copies)
+            rows.append(mask_tokens(self.sequence(plan, int(index)), rng, self.config.masking, self.vocab))
+        width = max(len(inputs) for inputs, _ in rows)
+        input_ids = np.full((len(rows), width), self.specials.pad_id, dtype=np.int64)
+        labels = np.full((len(rows), width), IGNORE_INDEX, dtype=np.int64)
+        for r, (inputs, targets) in enumerate(rows):
+            input_ids[r, : len(inputs)] = inputs
+            labels[r, : len(targets)] = targets
+        batch = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
+        if plan.pairs is not None:
+            batch["nsp_labels"] = torch.from_numpy(plan.pairs.nsp[indices].astype(np.int64))
+        return batch
+
+    def __len__(self) -> int:
+        return self.batches_in_epoch(0)
+
+
+class _Steps(Sampler):
+    def __init__(self, start: int, stop: int | None):
+        self.start, self.stop = start, stop
+
+    def __iter__(self):
+        return iter(range(self.start, self.stop)) if self.stop is not None else itertools.count(self.start)
+
+
+class PretrainLoader:
+    """Iterates this rank's batches from `step` on, through DataLoader workers; the position is one number."""
+
+    def __init__(
+        self, dataset: PretrainDataset, *, start_step: int = 0, epochs: int | None = None,
+        num_workers: int = 0, pin_memory: bool = False, prefetch_factor: int = 2,
+    ):
+        self.dataset, self.step, self.epochs = dataset, start_step, epochs
+        self.num_workers, self.pin_memory, self.prefetch_factor = num_workers, pin_memory, prefetch_factor
+
+    @property
+    def stop(self) -> int | None:
+        if self.epochs is None:
+            return None
+        return sum(self.dataset.batches_in_epoch(e) for e in range(self.epochs))
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.locate(self.step)[0]
+
+    def __iter__(self):
+        loader = DataLoader(
+            self.dataset,
+            batch_size=None,
+            sampler=_Steps(self.step, self.stop),
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            prefetch_factor=self.prefetch_factor if self.num_workers else None,
+        )
+        for batch in loader:
+            self.step += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+
+
+def build_loader(
+    corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(), micro_batch: int,
+    seed: int, rank: int = 0, world_size: int = 1, start_step: int = 0, epochs: int | None = None,
+    num_workers: int = 0, pin_memory: bool = False, prefetch_factor: int = 2,
+) -> PretrainLoader:
+    """The loader the trainer uses: training data endless from start_step; `split="valid", epochs=1`
+    for one evaluation pass (no batch dropped)."""
+    dataset = PretrainDataset(
+        corpus_dir, split=split, config=config, micro_batch=micro_batch, seed=seed, rank=rank, world_size=world_size
+    )
+    return PretrainLoader(
+        dataset, start_step=start_step, epochs=epochs, num_workers=num_workers,
+        pin_memory=pin_memory, prefetch_factor=prefetch_factor,
+    )

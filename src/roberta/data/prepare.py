@@ -1,0 +1,362 @@
+"""`roberta prepare`: text files → a binarized corpus directory (layout in `roberta.data.corpus`).
+
+The main process cuts the input into chunks of whole documents (`text_input.iter_chunks`), worker
+processes encode chunks to token ids, and the main process writes results in chunk order. The
+chunking depends on the input only, and documents are assigned to the validation split by a hash
+of (seed, document number), so the output is byte-identical whatever the number of workers.
+
+Memory stays bounded: at most `2 * workers + 2` chunks are in flight, and a shard's offsets are
+the only per-shard state (8 bytes per sentence). A shard closes after `shard_bytes` of input
+text at the next chunk that does not continue a document; each shard's completion is recorded in
+`progress.json` inside the `<out>.partial` directory, so a killed `prepare` rerun with the same
+inputs and options starts reading where the last finished shard ended. The directory is renamed
+to `<out>` only when complete. Bad input (a missing file, invalid UTF-8 in strict mode, a corpus
+with no text) raises a UserError and removes the partial directory.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import multiprocessing
+import os
+import shutil
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from roberta.data import corpus as layout
+from roberta.data.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
+from roberta.errors import UserError
+
+PROGRESS = "progress.json"
+PARAMS = "params.json"
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One chunk after encoding: tokens of its sentences back to back."""
+
+    tokens: np.ndarray  # corpus dtype
+    lengths: np.ndarray  # int64 per sentence
+    starts: np.ndarray  # bool per sentence: begins a document
+    nbytes: int  # input bytes of the chunk
+
+
+class ChunkEncoder:
+    """Turns a chunk into token ids; one per worker process."""
+
+    def __init__(self, tokenizer_dir: str, options: InputOptions):
+        from roberta.tokenizer import load_tokenizer
+
+        self.tokenizer = load_tokenizer(tokenizer_dir)
+        self.options = options
+        self.dtype = layout.token_dtype(self.tokenizer.vocab_size)
+
+    def __call__(self, chunk: Chunk) -> Encoded:
+        sentences, starts = chunk_sentences(chunk, self.options)
+        ids = self.tokenizer.tokenize_ids_batch(sentences) if sentences else []
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        tokens = np.fromiter(chain.from_iterable(ids), dtype=self.dtype, count=int(lengths.sum()))
+        return Encoded(tokens, lengths, np.array(starts, dtype=bool), len(chunk.data))
+
+
+_encoder: ChunkEncoder | None = None
+
+
+def _init_worker(tokenizer_dir: str, options: InputOptions) -> None:
+    global _encoder
+    _encoder = ChunkEncoder(tokenizer_dir, options)
+
+
+def _encode_in_worker(chunk: Chunk) -> Encoded:
+    return _encoder(chunk)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fixed, platform-independent hash of uint64 values."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def held_out(seed: int, documents: np.ndarray, fraction: float) -> np.ndarray:
+    """bool per document number: goes to the validation split (a hash of seed and number)."""
+    key = _mix64(np.array([seed], dtype=np.uint64))
+    u = (_mix64(documents.astype(np.uint64) ^ key) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return u < fraction
+
+
+class ShardWriter:
+    """Appends sentences to one split of one shard; `close` writes the offset arrays."""
+
+    def __init__(self, directory: Path, split: str, shard: int):
+        self.stem = directory / layout.shard_stem(split, shard)
+        self.tokens = open(f"{self.stem}.bin", "wb")
+        self.sentence_ends = open(f"{self.stem}.sentences.raw", "wb")
+        self.document_starts = open(f"{self.stem}.documents.raw", "wb")
+        self.num_tokens = self.num_sentences = self.num_documents = 0
+
+    def append(self, tokens: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> None:
+        if not len(lengths):
+            return
+        self.tokens.write(tokens.tobytes())
+        self.sentence_ends.write((np.cumsum(lengths) + self.num_tokens).astype(np.int64).tobytes())
+        self.document_starts.write((np.flatnonzero(starts) + self.num_sentences).astype(np.int64).tobytes())
+        self.num_tokens += len(tokens)
+        self.num_sentences += len(lengths)
+        self.num_documents += int(starts.sum())
+
+    def close(self) -> dict:
+        for f in (self.tokens, self.sentence_ends, self.document_starts):
+            f.close()
+        ends = np.fromfile(f"{self.stem}.sentences.raw", dtype=np.int64)
+        starts = np.fromfile(f"{self.stem}.documents.raw", dtype=np.int64)
+        np.save(f"{self.stem}.sentences.npy", np.concatenate([[0], ends]).astype(np.int64))
+        np.save(f"{self.stem}.documents.npy", np.concatenate([starts, [self.num_sentences]]).astype(np.int64))
+        os.remove(f"{self.stem}.sentences.raw")
+        os.remove(f"{self.stem}.documents.raw")
+        return {"documents": self.num_documents, "sentences": self.num_sentences, "tokens": self.num_tokens}
+
+
+@dataclass
+class Progress:
+    """What finished shards hold, and where reading resumes: saved after each shard."""
+
+    next_position: Position = Position()
+    next_chunk: int = 0
+    documents: int = 0  # documents seen so far (numbers the next document)
+    input_bytes: int = 0
+    shards: list = dataclasses.field(default_factory=list)  # per shard: {"train": counts, "valid": counts}
+
+    def save(self, directory: Path) -> None:
+        record = dataclasses.asdict(self)
+        tmp = directory / (PROGRESS + ".tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, directory / PROGRESS)
+
+    @classmethod
+    def load(cls, directory: Path) -> Progress:
+        path = directory / PROGRESS
+        if not path.is_file():
+            return cls()
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["next_position"] = Position(**record["next_position"])
+        return cls(**record)
+
+
+def prepare(
+    inputs: list[str | Path],
+    tokenizer_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    valid_fraction: float = 0.01,
+    seed: int = 0,
+    line_is_document: bool = False,
+    jsonl_text_field: str = "text",
+    errors: str = "strict",
+    chunk_bytes: int = 1 << 20,
+    shard_bytes: int = 1 << 30,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Encode text files into a corpus directory `out_dir`; returns its path.
+
+    inputs: files (plain, .gz, .jsonl, .jsonl.gz) or directories (their *.txt, *.text, *.jsonl,
+    *.gz files, recursively, in sorted order). Validation documents are drawn with probability
+    valid_fraction by a hash of (seed, document number). errors="replace" substitutes U+FFFD for
+    invalid UTF-8 instead of failing.
+    """
+    out_dir = Path(out_dir)
+    if errors not in ("strict", "replace"):
+        raise UserError(f"--errors must be 'strict' or 'replace', not {errors!r}")
+    if not 0.0 <= valid_fraction < 1.0:
+        raise UserError(f"--valid-fraction must be in [0, 1), not {valid_fraction}")
+    workers = workers or os.cpu_count() or 1
+    if workers < 1 or chunk_bytes < 1 or shard_bytes < 1:
+        raise UserError("--workers, chunk and shard sizes must be positive")
+    if out_dir.exists() and not overwrite:
+        raise UserError(f"{out_dir}: already exists (pass --overwrite to replace it)")
+    files = expand_inputs(inputs)
+    options = InputOptions(line_is_document=line_is_document, jsonl_text_field=jsonl_text_field, errors=errors)
+
+    from roberta.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    params = {
+        "format_version": layout.FORMAT_VERSION,
+        "tokenizer": _tokenizer_record(tokenizer),
+        "inputs": [{"path": str(p), "bytes": p.stat().st_size} for p in files],
+        "options": {
+            "line_is_document": line_is_document, "jsonl_text_field": jsonl_text_field, "errors": errors,
+            "valid_fraction": valid_fraction, "seed": seed, "chunk_bytes": chunk_bytes, "shard_bytes": shard_bytes,
+        },
+    }
+    partial = out_dir.with_name(out_dir.name + ".partial")
+    state = _resume_or_start(partial, params, [p.stat().st_mtime_ns for p in files])
+    try:
+        _run(files, str(tokenizer_dir), options, params, partial, state, workers, progress)
+        _finish(partial, params, state, tokenizer)
+    except UserError:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(partial, out_dir)
+    return out_dir
+
+
+def _tokenizer_record(tokenizer) -> dict:
+    return {
+        "fingerprint": tokenizer.fingerprint(),
+        "vocab_size": tokenizer.vocab_size,
+        "bos_id": tokenizer.bos_id,
+        "pad_id": tokenizer.pad_id,
+        "eos_id": tokenizer.eos_id,
+        "unk_id": tokenizer.unk_id,
+        "mask_id": tokenizer.mask_id,
+    }
+
+
+def _resume_or_start(partial: Path, params: dict, mtimes: list[int]) -> Progress:
+    """Progress of an earlier, killed run with the same params and unchanged inputs; else a fresh start."""
+    record = {"params": params, "mtimes": mtimes}
+    params_path = partial / PARAMS
+    if partial.is_dir() and params_path.is_file():
+        try:
+            same = json.loads(params_path.read_text(encoding="utf-8")) == json.loads(json.dumps(record))
+        except (OSError, json.JSONDecodeError):
+            same = False
+        if same:
+            state = Progress.load(partial)
+            _remove_unfinished_shards(partial, len(state.shards))
+            return state
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    params_path.write_text(json.dumps(record), encoding="utf-8")
+    return Progress()
+
+
+def _remove_unfinished_shards(partial: Path, finished: int) -> None:
+    for path in partial.iterdir():
+        stem = path.name.split(".")[0]
+        split, _, number = stem.partition("-")
+        if split in layout.SPLITS and number.isdigit() and int(number) >= finished:
+            path.unlink()
+
+
+def _run(
+    files: list[Path], tokenizer_dir: str, options: InputOptions, params: dict, partial: Path,
+    state: Progress, workers: int, progress: bool,
+) -> None:
+    opts = params["options"]
+    chunks = iter_chunks(files, opts["chunk_bytes"], options, state.next_position, state.next_chunk)
+    total = None if any(p.name.endswith(".gz") for p in files) else sum(p.stat().st_size for p in files)
+    bar = tqdm(total=total, initial=state.input_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+    shard = _ShardInProgress(partial, len(state.shards))
+    with bar, _encoded_in_order(chunks, tokenizer_dir, options, workers) as results:
+        for chunk, encoded in results:
+            first_document = state.documents
+            state.documents += int(encoded.starts.sum())
+            # A chunk may open with the end of the previous chunk's document: number it as that one.
+            numbers = first_document - 1 + np.cumsum(encoded.starts)
+            shard.append(encoded, held_out(opts["seed"], numbers, opts["valid_fraction"]))
+            bar.update(encoded.nbytes)
+            state.input_bytes += encoded.nbytes
+            state.next_position, state.next_chunk = chunk.end, chunk.index + 1
+            if shard.input_bytes >= opts["shard_bytes"] and not chunk.end.continues:
+                state.shards.append(shard.close())
+                state.save(partial)
+                shard = _ShardInProgress(partial, len(state.shards))
+    if shard.input_bytes or not state.shards:
+        state.shards.append(shard.close())
+        state.save(partial)
+
+
+class _ShardInProgress:
+    def __init__(self, partial: Path, number: int):
+        self.writers = {split: ShardWriter(partial, split, number) for split in layout.SPLITS}
+        self.input_bytes = 0
+
+    def append(self, encoded: Encoded, valid: np.ndarray) -> None:
+        self.input_bytes += encoded.nbytes
+        for split, keep in (("train", ~valid), ("valid", valid)):
+            if keep.all():
+                self.writers[split].append(encoded.tokens, encoded.lengths, encoded.starts)
+            elif keep.any():
+                tokens = encoded.tokens[np.repeat(keep, encoded.lengths)]
+                self.writers[split].append(tokens, encoded.lengths[keep], encoded.starts[keep])
+
+    def close(self) -> dict:
+        return {split: writer.close() for split, writer in self.writers.items()}
+
+
+class _encoded_in_order:
+    """Context manager yielding (chunk, Encoded) in chunk order, encoded by `workers` processes."""
+
+    def __init__(self, chunks, tokenizer_dir: str, options: InputOptions, workers: int):
+        self.chunks, self.tokenizer_dir, self.options, self.workers = chunks, tokenizer_dir, options, workers
+        self.pool = None
+
+    def __enter__(self):
+        if self.workers == 1:
+            encoder = ChunkEncoder(self.tokenizer_dir, self.options)
+            return ((chunk, encoder(chunk)) for chunk in self.chunks)
+        # spawn, not fork: the parent may hold threads (tqdm's monitor, torch) that fork would break.
+        context = multiprocessing.get_context("spawn")
+        self.pool = context.Pool(self.workers, initializer=_init_worker, initargs=(self.tokenizer_dir, self.options))
+        return self._ordered()
+
+    def _ordered(self):
+        pending: collections.deque = collections.deque()
+        limit = 2 * self.workers + 2
+        for chunk in self.chunks:
+            pending.append((chunk, self.pool.apply_async(_encode_in_worker, (chunk,))))
+            if len(pending) >= limit:
+                done, result = pending.popleft()
+                yield done, result.get()
+        while pending:
+            done, result = pending.popleft()
+            yield done, result.get()
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
+def _finish(partial: Path, params: dict, state: Progress, tokenizer) -> None:
+    splits = {}
+    for split in layout.SPLITS:
+        shards = [s[split] for s in state.shards]
+        totals = {key: sum(s[key] for s in shards) for key in ("documents", "sentences", "tokens")}
+        splits[split] = {**totals, "shards": shards}
+    if splits["train"]["tokens"] == 0:
+        found = splits["valid"]["documents"]
+        inputs = ", ".join(i["path"] for i in params["inputs"][:3]) + (" ..." if len(params["inputs"]) > 3 else "")
+        if found:
+            raise UserError(f"{inputs}: all {found} documents went to the validation split; lower --valid-fraction")
+        raise UserError(f"{inputs}: empty corpus (no non-blank lines)")
+    vocab = np.arange(tokenizer.vocab_size)
+    np.save(partial / layout.WORD_STARTS, np.asarray(tokenizer.word_start(vocab), dtype=bool))
+    meta = {
+        "format": layout.FORMAT,
+        "format_version": layout.FORMAT_VERSION,
+        "dtype": layout.token_dtype(tokenizer.vocab_size).name,
+        "tokenizer": params["tokenizer"],
+        "options": params["options"],
+        "inputs": params["inputs"],
+        "input_bytes": state.input_bytes,
+        "num_shards": len(state.shards),
+        "splits": splits,
+    }
+    (partial / layout.META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    for name in (PROGRESS, PARAMS):
+        (partial / name).unlink()

@@ -1,0 +1,205 @@
+"""Reading raw text for `prepare`: files cut into chunks of whole documents, and chunks into sentences.
+
+Input files are plain UTF-8 text, optionally gzip-compressed (`.gz`), or JSON lines (`.jsonl`,
+`.jsonl.gz`) with one document per record in a text field. In text files a line is a sentence
+and a blank (or whitespace-only) line ends a document; the end of a file ends a document too;
+with `line_is_document` every non-blank line is a document of one sentence. In a JSON record,
+the lines of the text field are the document's sentences.
+
+Chunks are cut at document boundaries so that workers can encode them independently and the
+output does not depend on how many workers there are. Where a chunk starts is fully described by
+a `Position`, so a rerun can start reading at a recorded position and cut the same chunks.
+A document longer than `MAX_CHUNK_FACTOR` chunks is cut at a line boundary; the next chunk
+then carries `continues=True` so its first sentences stay in that document.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from roberta.errors import UserError
+
+# A chunk grows past chunk_bytes only to reach a document boundary, up to this many chunk sizes.
+MAX_CHUNK_FACTOR = 4
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".gz")
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where reading starts: file index, byte offset (uncompressed), 0-based line number."""
+
+    file: int = 0
+    offset: int = 0
+    line: int = 0
+    continues: bool = False  # the first line continues the previous chunk's document
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    path: str
+    start: Position
+    end: Position  # the position of the next chunk
+    data: bytes
+
+
+@dataclass(frozen=True)
+class InputOptions:
+    line_is_document: bool = False
+    jsonl_text_field: str = "text"
+    errors: str = "strict"  # "strict": invalid UTF-8 is an error; "replace": U+FFFD
+
+
+def is_jsonl(path: str | Path) -> bool:
+    name = str(path)
+    return name.endswith(".jsonl") or name.endswith(".jsonl.gz")
+
+
+def expand_inputs(inputs: list[str | Path]) -> list[Path]:
+    """Files as given, and directories expanded to their text files (recursively, sorted)."""
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*")
+                if p.is_file() and p.name.endswith(TEXT_SUFFIXES) and not p.name.startswith(".")
+            )
+            if not found:
+                raise UserError(f"{path}: directory holds no text files (*{', *'.join(TEXT_SUFFIXES)})")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UserError(f"{path}: input file not found")
+    if not files:
+        raise UserError("no input files given")
+    return files
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    return open(path, "rb", buffering=1 << 20)
+
+
+def _is_blank(line: bytes) -> bool:
+    return not line.strip()
+
+
+def iter_chunks(
+    files: list[Path], chunk_bytes: int, options: InputOptions, start: Position = Position(), first_index: int = 0
+) -> Iterator[Chunk]:
+    """Chunks of about chunk_bytes of whole documents, from `start` to the end of the last file."""
+    index = first_index
+    position = start
+    for file_index in range(start.file, len(files)):
+        path = files[file_index]
+        one_line_documents = options.line_is_document or is_jsonl(path)
+        if file_index != position.file:
+            position = Position(file=file_index)
+        with _open(path) as f:
+            if position.offset:
+                f.seek(position.offset)
+            while True:
+                data, continues = _read_chunk(f, chunk_bytes, one_line_documents)
+                if not data:
+                    break
+                end = Position(
+                    file=file_index,
+                    offset=position.offset + len(data),
+                    line=position.line + data.count(b"\n"),
+                    continues=continues,
+                )
+                yield Chunk(index=index, path=str(path), start=position, end=end, data=data)
+                index += 1
+                position = end
+
+
+def _read_chunk(f: io.BufferedIOBase, chunk_bytes: int, one_line_documents: bool) -> tuple[bytes, bool]:
+    """Read chunk_bytes, then on to the next document boundary. Returns (data, next continues)."""
+    head = f.read(chunk_bytes)
+    if not head:
+        return b"", False
+    parts = [head]
+    if not head.endswith(b"\n"):
+        parts.append(f.readline())
+    data = b"".join(parts)
+    if one_line_documents or _is_blank(data[data.rfind(b"\n", 0, len(data) - 1) + 1 :]):
+        return data, False
+    parts, size = [data], len(data)
+    while True:
+        line = f.readline()
+        if not line:
+            return b"".join(parts), False
+        parts.append(line)
+        size += len(line)
+        if _is_blank(line):
+            return b"".join(parts), False
+        if size >= MAX_CHUNK_FACTOR * chunk_bytes:
+            return b"".join(parts), True
+
+
+def decode_chunk(chunk: Chunk, errors: str) -> str:
+    try:
+        text = chunk.data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        offset = chunk.start.offset + e.start
+        line = chunk.start.line + chunk.data.count(b"\n", 0, e.start) + 1
+        where = "uncompressed byte offset" if chunk.path.endswith(".gz") else "byte offset"
+        raise UserError(
+            f"{chunk.path}: line {line}: invalid UTF-8 at {where} {offset} ({e.reason}); "
+            "pass --errors replace to substitute U+FFFD"
+        ) from None
+    if chunk.start.offset == 0 and text.startswith("\ufeff"):
+        text = text[1:]  # a UTF-8 byte order mark is not text
+    return text
+
+
+def chunk_sentences(chunk: Chunk, options: InputOptions) -> tuple[list[str], list[bool]]:
+    """The chunk's sentences, and for each whether it begins a new document."""
+    text = decode_chunk(chunk, options.errors)
+    sentences: list[str] = []
+    starts: list[bool] = []
+    if is_jsonl(chunk.path):
+        for number, line in enumerate(text.split("\n"), start=chunk.start.line + 1):
+            if not line.strip():
+                continue
+            document = _jsonl_text(line, chunk.path, number, options).split("\n")
+            new_document = True
+            for raw in document:
+                sentence = raw.strip()
+                if sentence:
+                    sentences.append(sentence)
+                    starts.append(new_document)
+                    new_document = False
+        return sentences, starts
+    new_document = not chunk.start.continues
+    for line in text.split("\n"):
+        sentence = line.strip()
+        if sentence:
+            sentences.append(sentence)
+            starts.append(new_document or options.line_is_document)
+            new_document = False
+        else:
+            new_document = True
+    return sentences, starts
+
+
+def _jsonl_text(line: str, path: str, number: int, options: InputOptions) -> str:
+    field = options.jsonl_text_field
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(record, dict) or field not in record:
+        raise UserError(f"{path}: line {number}: record has no field {field!r} (set --jsonl-text-field)")
+    value = record[field]
+    if not isinstance(value, str):
+        raise UserError(f"{path}: line {number}: field {field!r} is {type(value).__name__}, expected a string")
+    return value
