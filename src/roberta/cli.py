@@ -67,9 +67,30 @@ def _prepare(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _convert(subparsers) -> None:
+    p = subparsers.add_parser(
+        "convert",
+        help="convert a checkpoint between roberta, HF transformers and fairseq formats (checked)",
+        description="Reads SRC (our checkpoint directory, an HF save_pretrained directory, or a fairseq "
+        "model.pt / its directory), writes DST in the chosen format, then runs both models on a probe "
+        "batch and prints the largest difference; above --tolerance nothing is written.",
+    )
+    p.add_argument("src", help="checkpoint to read: directory, or a fairseq model.pt")
+    p.add_argument("dst", help="directory to write (replaced atomically if it holds a checkpoint)")
+    p.add_argument("--to", choices=["roberta", "hf", "fairseq"], default="roberta", help="format of DST (default roberta)")
+    p.add_argument("--tolerance", type=float, default=1e-5, help="largest allowed output difference (default 1e-5)")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.convert import convert
+
+        convert(args.src, args.dst, to=args.to, tolerance=args.tolerance)
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
-VERBS = [_demo, _prepare]
+VERBS = [_demo, _prepare, _convert]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,218 @@
+"""Our checkpoint: a directory holding `config.json`, `model.safetensors` and tokenizer files.
+
+`config.json` is `{"format": "roberta", "config": <RobertaConfig fields>, "heads": {name:
+{"num_classes": n, "inner_dim": d}}}`. `model.safetensors` holds the model's state dict with
+the tied `lm_head.weight` left out (it is `embed_tokens.weight`). Loading checks every key and
+shape against a freshly built model before copying anything, so a bad file leaves nothing
+half-loaded; saving writes a temporary directory and renames it into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from roberta.config import RobertaConfig
+from roberta.errors import UserError
+from roberta.model import ClassificationHead, RobertaModel
+
+FORMAT = "roberta"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+# The LM projection is the token embedding (tied); it is stored once, under embed_tokens.
+TIED_KEY, TIED_TO = "lm_head.weight", "embed_tokens.weight"
+# Files that mark a directory as one we may replace wholesale (ours, HF's or fairseq's).
+_CHECKPOINT_MARKERS = (CONFIG_FILE, WEIGHTS_FILE, "model.pt", "pytorch_model.bin")
+
+
+@contextmanager
+def atomic_directory(dst: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `dst`; on success it replaces `dst` at once.
+
+    An existing `dst` is replaced only if it is empty or looks like a checkpoint, so a typo
+    cannot wipe an unrelated directory. On any error the temporary directory is removed and
+    `dst` is left as it was.
+    """
+    dst = Path(dst)
+    if dst.exists() and not dst.is_dir():
+        raise UserError(f"{dst}: exists and is not a directory")
+    if dst.is_dir() and any(dst.iterdir()) and not any((dst / m).exists() for m in _CHECKPOINT_MARKERS):
+        raise UserError(f"{dst}: refusing to replace a non-empty directory that holds no checkpoint")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        # mkdtemp makes the directory private (0700); a checkpoint gets the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
+        yield tmp
+        if dst.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+            os.replace(dst, old / dst.name)
+            os.replace(tmp, dst)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def head_shapes(model: RobertaModel) -> dict[str, dict[str, int]]:
+    """The classification heads as `{name: {"num_classes", "inner_dim"}}`; other heads are refused."""
+    shapes = {}
+    for name, head in model.heads.items():
+        if not isinstance(head, ClassificationHead):
+            raise UserError(
+                f"head {name!r} is a {type(head).__name__}; checkpoints hold classification heads only"
+            )
+        shapes[name] = {"num_classes": head.out_proj.out_features, "inner_dim": head.dense.out_features}
+    return shapes
+
+
+def build_model(config: RobertaConfig, heads: dict[str, dict[str, int]]) -> RobertaModel:
+    """A model of the given shape; initialised from a fixed seed so that any weight a foreign
+    checkpoint lacks (an HF classifier-only export has no LM head) is reproducible."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = RobertaModel(config)
+        for name, shape in heads.items():
+            model.add_classification_head(name, shape["num_classes"], shape["inner_dim"])
+    return model
+
+
+def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: str) -> RobertaModel:
+    """Copy `state` (without the tied key) into `model` after checking every key and shape.
+
+    Nothing is copied unless the whole state dict fits, so a failure leaves `model` untouched.
+    """
+    expected = {k: v for k, v in model.state_dict().items() if k != TIED_KEY}
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing:
+        raise UserError(f"{source}: missing key(s) {_few(missing)}")
+    if unexpected:
+        raise UserError(f"{source}: unexpected key(s) {_few(unexpected)}")
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            raise UserError(
+                f"{source}: key {key!r} has shape {list(tensor.shape)}, the config expects {list(expected[key].shape)}"
+            )
+        if not tensor.is_floating_point():
+            raise UserError(f"{source}: key {key!r} has dtype {tensor.dtype}, expected a floating-point tensor")
+    model.load_state_dict({**state, TIED_KEY: state[TIED_TO]})
+    return model
+
+
+def check_vocabulary(tokenizer, config: RobertaConfig, source: str) -> None:
+    """The tokenizer must only produce ids the embedding has, and pad with the model's padding row."""
+    if tokenizer.vocab_size > config.vocab_size:
+        raise UserError(
+            f"{source}: tokenizer has {tokenizer.vocab_size} tokens but the embedding has "
+            f"{config.vocab_size} rows (shape [{config.vocab_size}, {config.hidden_size}])"
+        )
+    if tokenizer.pad_id != config.padding_idx:
+        raise UserError(f"{source}: tokenizer pads with id {tokenizer.pad_id}, the model with {config.padding_idx}")
+
+
+def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
+    """Write the checkpoint files into an existing (empty) directory; `save` is the atomic form."""
+    heads = head_shapes(model)
+    if tokenizer is not None:
+        check_vocabulary(tokenizer, model.config, str(directory))
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
+    meta = {"format": FORMAT, "config": model.config.to_dict(), "heads": heads}
+    (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save(directory)
+
+
+def save(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
+    """Write `model` (and `tokenizer`, if given) as a checkpoint directory, atomically."""
+    with atomic_directory(directory) as tmp:
+        write(tmp, model, tokenizer)
+    return Path(directory)
+
+
+def is_checkpoint(directory: str | Path) -> bool:
+    path = Path(directory) / CONFIG_FILE
+    try:
+        return path.is_file() and json.loads(path.read_text()).get("format") == FORMAT
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
+        return False
+
+
+def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict[str, int]]]:
+    path = Path(directory) / CONFIG_FILE
+    meta = read_json(path)
+    if meta.get("format") != FORMAT:
+        raise UserError(f"{path}: not a roberta checkpoint config (field 'format' is {meta.get('format')!r})")
+    for field in ("config", "heads"):
+        if not isinstance(meta.get(field), dict):
+            raise UserError(f"{path}: field {field!r} must be a JSON object")
+    heads = {}
+    for name, shape in meta["heads"].items():
+        if not (isinstance(shape, dict) and all(isinstance(shape.get(k), int) for k in ("num_classes", "inner_dim"))):
+            raise UserError(f"{path}: heads.{name} must give integer 'num_classes' and 'inner_dim'")
+        heads[name] = {"num_classes": shape["num_classes"], "inner_dim": shape["inner_dim"]}
+    return RobertaConfig.from_dict(meta["config"], source=f"{path}: config"), heads
+
+
+def read_json(path: Path) -> dict:
+    try:
+        values = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(values, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return values
+
+
+def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    try:
+        return load_file(str(path), device=str(map_location))
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"{path}: unreadable safetensors file, truncated or corrupt ({e})") from None
+
+
+def load(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[RobertaModel, object | None]:
+    """Read a checkpoint directory → (model in eval mode, tokenizer or None if it holds none)."""
+    directory = Path(directory)
+    config, heads = read_config(directory)
+    tokenizer = load_tokenizer_if_present(directory)
+    if tokenizer is not None:
+        check_vocabulary(tokenizer, config, str(directory))
+    state = read_safetensors(directory / WEIGHTS_FILE, map_location)
+    model = build_model(config, heads).to(map_location)
+    load_weights(model, state, str(directory / WEIGHTS_FILE))
+    return model.eval(), tokenizer
+
+
+def load_tokenizer_if_present(directory: Path):
+    """The directory's tokenizer, or None when it has no tokenizer files at all."""
+    names = {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe", "dict.txt", "vocab.txt", "tokenizer.json"}
+    if not any((directory / name).exists() for name in names):
+        return None
+    from roberta.tokenizer import load_tokenizer
+
+    return load_tokenizer(directory)
+
+
+def _few(keys: list[str], shown: int = 5) -> str:
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(repr(k) for k in keys[:shown]) + more
