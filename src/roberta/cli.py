@@ -88,9 +88,36 @@ def _convert(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _train_tokenizer(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train-tokenizer",
+        help="train a byte-level BPE tokenizer (vocab.json + merges.txt) on text files",
+        description="Trains byte-level BPE on text files (plain, .gz, .jsonl; directories expanded), "
+        "reading sentences as `roberta prepare` does. Writes vocab.json + merges.txt with <s>=0 <pad>=1 "
+        "</s>=2 <unk>=3 and <mask> as the last id; OUT is written to a temporary directory, then renamed.",
+    )
+    p.add_argument("files", nargs="+", help="text files or directories of them")
+    p.add_argument("--out", required=True, help="directory to create (must not exist, or be empty)")
+    p.add_argument("--vocab-size", type=int, required=True, help="number of ids, specials included")
+    p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
+    p.add_argument("--text-field", default="text", help="text field of .jsonl records (default text)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tokenizer import train_tokenizer
+
+        tokenizer = train_tokenizer(
+            args.files, args.out, args.vocab_size, args.min_frequency,
+            text_field=args.text_field, progress=not args.no_progress,
+        )
+        print(f"{args.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
-VERBS = [_demo, _prepare, _convert]
+VERBS = [_demo, _train_tokenizer, _prepare, _convert]
 
 
 def build_parser() -> argparse.ArgumentParser:

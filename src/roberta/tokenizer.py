@@ -1,0 +1,564 @@
+"""Tokenizers in the model's id space: byte-level BPE (GPT-2 + fairseq dict.txt, or HF
+vocab.json + merges.txt) and WordPiece (BERT vocab.txt).
+
+Every id this module returns is a model id (a row of the embedding matrix). Text is always
+text: a literal "<mask>" or "[CLS]" inside a string is tokenized as characters, as fairseq
+does; special ids come only from `encode`'s layout.
+
+Two engines. `tokenizers` (HF, Rust) is the reference: it handles WordPiece and offsets.
+For byte-level BPE, `tiktoken` encodes the same merges 3-5x faster; its ranks are mapped
+to model ids with a numpy lookup array. tiktoken ranks *tokens*, while BPE ranks *merge
+pairs*; the two agree when every merged token is made by exactly one merge, which
+`_tiktoken_ranks` checks before the fast engine is used (the `tokenizers` trainer reuses
+the id of an existing string when a later merge produces it again, so a trained vocabulary
+could break that; then the `tokenizers` engine is used for everything).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tiktoken
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from roberta.errors import UserError
+
+# GPT-2's pre-tokenizer; `tokenizers`' ByteLevel pre-tokenizer uses the same expression.
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+SPACE_MARKER = "Ġ"  # byte-level BPE's printable stand-in for a leading space (byte 0x20)
+ROLES = ("bos", "pad", "eos", "unk", "mask")
+BYTE_LEVEL_SPECIALS = {"bos": "<s>", "pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mask": "<mask>"}
+WORDPIECE_SPECIALS = {"bos": "[CLS]", "pad": "[PAD]", "eos": "[SEP]", "unk": "[UNK]", "mask": "[MASK]"}
+Truncation = Literal["longest_first", "only_first", "only_second"] | None
+Engine = Literal["tiktoken", "tokenizers"] | None
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map, in GPT-2's byte order (printable bytes first)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    for n, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + n)
+    return chars
+
+
+BYTE_TO_CHAR = bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+
+
+_CHAR_TO_LATIN1 = str.maketrans({c: chr(b) for c, b in CHAR_TO_BYTE.items()})
+_NOT_BYTE_CHARS = frozenset(map(chr, range(256))) - CHAR_TO_BYTE.keys()
+
+
+def _token_bytes(token: str) -> bytes:
+    """The bytes a byte-level token stands for; a token outside the byte alphabet is literal text."""
+    if _NOT_BYTE_CHARS.isdisjoint(token):
+        try:
+            return token.translate(_CHAR_TO_LATIN1).encode("latin-1")
+        except UnicodeEncodeError:
+            pass
+    return token.encode("utf-8")
+
+
+# ---------------------------------------------------------------- file reading
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _decode_utf8(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{path}:{line}: not valid UTF-8") from None
+
+
+def _lines(path: Path, data: bytes) -> list[str]:
+    """The file's lines without line endings (LF or CRLF); a final newline adds no line."""
+    lines = _decode_utf8(path, data).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _read_json_object(path: Path, data: bytes) -> dict:
+    try:
+        obj = json.loads(_decode_utf8(path, data))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}:1: expected a JSON object mapping token -> id")
+    return obj
+
+
+def _read_vocab_json(path: Path, data: bytes) -> dict[str, int]:
+    """A token -> id JSON object whose ids are exactly 0..n-1."""
+    vocab = _read_json_object(path, data)
+    ids = sorted(vocab.values()) if all(type(i) is int for i in vocab.values()) else None
+    if ids != list(range(len(vocab))):
+        raise UserError(f"{path}:1: ids must be the integers 0..{len(vocab) - 1}, each used once")
+    return vocab
+
+
+def _read_merges(path: Path, data: bytes, vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """GPT-2 vocab.bpe / HF merges.txt: an optional '#version' line, then 'left right' per line."""
+    merges = []
+    for number, line in enumerate(_lines(path, data), start=1):
+        if not line or (number == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            raise UserError(f"{path}:{number}: expected 'left right' (two tokens separated by one space), got {line!r}")
+        for token in (*parts, parts[0] + parts[1]):
+            if token not in vocab:
+                raise UserError(f"{path}:{number}: token {token!r} is not in the vocabulary")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _read_fairseq_dict(path: Path, data: bytes) -> list[str]:
+    """fairseq dict.txt: '<symbol> <count> [#fairseq:overwrite]' per line; returns the symbols in order."""
+    symbols: list[str] = []
+    seen: set[str] = set()
+    for number, line in enumerate(_lines(path, data), start=1):
+        symbol, _, count = line.rpartition(" ")
+        overwrite = count == "#fairseq:overwrite"
+        if overwrite:
+            symbol, _, count = symbol.rpartition(" ")
+        if not symbol or not count.isdigit():
+            raise UserError(f"{path}:{number}: expected '<symbol> <count>', got {line!r}")
+        if symbol in seen:
+            if overwrite:  # fairseq keeps the symbol's first index and only updates its count
+                continue
+            raise UserError(f"{path}:{number}: duplicate symbol {symbol!r}")
+        seen.add(symbol)
+        symbols.append(symbol)
+    return symbols
+
+
+def _read_wordpiece_vocab(path: Path, data: bytes) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    for number, token in enumerate(_lines(path, data), start=1):
+        if not token:
+            raise UserError(f"{path}:{number}: empty token")
+        if token in vocab:
+            raise UserError(f"{path}:{number}: duplicate token {token!r}")
+        vocab[token] = number - 1
+    return vocab
+
+
+def _roles(path: Path, vocab: dict[str, int], *choices: dict[str, str]) -> dict[str, int]:
+    roles = {}
+    for role in ROLES:
+        names = [c[role] for c in choices]
+        found = [vocab[n] for n in names if n in vocab]
+        if not found:
+            raise UserError(f"{path}: no {' or '.join(names)} token (needed for the {role} role)")
+        roles[role] = found[0]
+    return roles
+
+
+# ---------------------------------------------------------------- engines
+
+
+def _byte_level_engine(vocab: dict[str, int], merges: list[tuple[str, str]]) -> tokenizers.Tokenizer:
+    engine = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    engine.decoder = decoders.ByteLevel()
+    # Offsets without the leading space, as HF RoBERTa gives them.
+    engine.post_processor = processors.ByteLevel(trim_offsets=True)
+    return engine
+
+
+def _tiktoken_ranks(merges: list[tuple[str, str]], vocab: dict[str, int]) -> tuple[dict[bytes, int], list[int]] | None:
+    """tiktoken's mergeable ranks for these merges and the `vocab` id of each rank, or None where
+    tiktoken would not give the same tokens.
+
+    tiktoken merges the adjacent pair whose *concatenation* has the lowest rank. That is BPE
+    exactly when every single byte is a token and each merged token comes from one merge only:
+    a token made by two merges would get the first merge's priority for both.
+    """
+    if any(char not in vocab for char in BYTE_TO_CHAR.values()):
+        return None
+    ranks = {bytes([b]): rank for rank, b in enumerate(BYTE_TO_CHAR)}
+    ids = [vocab[c] for c in BYTE_TO_CHAR.values()]
+    for left, right in merges:
+        token = _token_bytes(left + right)
+        if token in ranks:
+            return None
+        ranks[token] = len(ranks)
+        ids.append(vocab[left + right])
+    return ranks, ids
+
+
+# ---------------------------------------------------------------- the tokenizer
+
+
+class Tokenizer:
+    """Text <-> model ids. Build with `from_gpt2`, `from_hf`, `from_wordpiece` or `load_tokenizer`."""
+
+    def __init__(
+        self,
+        *,
+        kind: Literal["gpt2", "hf", "wordpiece"],
+        tokens: list[str],
+        roles: dict[str, int],
+        reference: tokenizers.Tokenizer,
+        reference_vocab: dict[str, int],
+        reference_to_model: np.ndarray | None,
+        merges: list[tuple[str, str]],
+        files: dict[str, bytes],
+        lowercase: bool = False,
+    ):
+        self.kind = kind
+        self._tokens = tokens
+        self._token_ids = {t: i for i, t in enumerate(tokens)}
+        self._roles = roles
+        self._reference = reference
+        self._reference_to_model = reference_to_model
+        self._merges = merges
+        self._files = files
+        self._lowercase = lowercase
+        self._special = np.zeros(len(tokens), dtype=bool)
+        self._special[list(roles.values())] = True
+        byte_level = kind != "wordpiece"
+        if byte_level:
+            reachable = set(BYTE_TO_CHAR.values()) | {a + b for a, b in merges}
+            # A literal symbol (fairseq's madeupwordNNNN, <|endoftext|>) is a word of its own, as in fairseq.
+            starts = [t.startswith(SPACE_MARKER) or t not in reachable for t in tokens]
+            self._bytes = [_token_bytes(t) for t in tokens]
+        else:
+            starts = [not t.startswith("##") for t in tokens]
+        self._word_start = np.array(starts, dtype=bool) | self._special
+        self._tiktoken, self._rank_to_model = None, None
+        found = _tiktoken_ranks(merges, reference_vocab) if byte_level else None
+        if found is not None:
+            ranks, engine_ids = found
+            self._tiktoken = tiktoken.Encoding(f"roberta-{kind}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+            engine_ids = np.array(engine_ids, dtype=np.int64)
+            self._rank_to_model = engine_ids if reference_to_model is None else reference_to_model[engine_ids]
+
+    # ---- constructors
+
+    @classmethod
+    def from_gpt2(cls, encoder_json: str | Path, vocab_bpe: str | Path, dict_txt: str | Path) -> Tokenizer:
+        """GPT-2 BPE files + fairseq dict.txt, ids exactly as fairseq: <s> <pad> </s> <unk>, dict.txt, <mask>."""
+        paths = [Path(encoder_json), Path(vocab_bpe), Path(dict_txt)]
+        raw = [_read_bytes(p) for p in paths]
+        encoder = _read_vocab_json(paths[0], raw[0])
+        merges = _read_merges(paths[1], raw[1], encoder)
+        symbols = _read_fairseq_dict(paths[2], raw[2])
+        gpt2_tokens = sorted(encoder, key=encoder.__getitem__)
+        tokens = ["<s>", "<pad>", "</s>", "<unk>"]
+        gpt2_to_model = np.full(len(encoder), 3, dtype=np.int64)  # a GPT-2 id missing from dict.txt is <unk>
+        for number, symbol in enumerate(symbols, start=1):
+            # dict.txt names GPT-2 ids as decimal strings; any other symbol is a literal token.
+            if symbol.isdigit():
+                if int(symbol) >= len(encoder):
+                    raise UserError(f"{paths[2]}:{number}: GPT-2 id {symbol} is not in {paths[0].name} (ids 0..{len(encoder) - 1})")
+                gpt2_to_model[int(symbol)] = len(tokens)
+                tokens.append(gpt2_tokens[int(symbol)])
+            else:
+                tokens.append(symbol)
+        tokens.append("<mask>")
+        if len(set(tokens)) != len(tokens):
+            raise UserError(f"{paths[2]}: a symbol appears twice once GPT-2 ids are turned into tokens")
+        roles = {role: tokens.index(name) for role, name in BYTE_LEVEL_SPECIALS.items()}
+        files = {"encoder.json": raw[0], "vocab.bpe": raw[1], "dict.txt": raw[2]}
+        return cls(kind="gpt2", tokens=tokens, roles=roles, reference=_byte_level_engine(encoder, merges),
+                   reference_vocab=encoder, reference_to_model=gpt2_to_model, merges=merges, files=files)
+
+    @classmethod
+    def from_hf(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
+        """HF byte-level BPE files (RoBERTa's vocab.json + merges.txt); ids are vocab.json's."""
+        paths = [Path(vocab_json), Path(merges_txt)]
+        raw = [_read_bytes(p) for p in paths]
+        vocab = _read_vocab_json(paths[0], raw[0])
+        merges = _read_merges(paths[1], raw[1], vocab)
+        roles = _roles(paths[0], vocab, BYTE_LEVEL_SPECIALS)
+        return cls(kind="hf", tokens=sorted(vocab, key=vocab.__getitem__), roles=roles,
+                   reference=_byte_level_engine(vocab, merges), reference_vocab=vocab, reference_to_model=None, merges=merges,
+                   files={"vocab.json": raw[0], "merges.txt": raw[1]})
+
+    @classmethod
+    def from_wordpiece(cls, vocab_txt: str | Path, lowercase: bool = False) -> Tokenizer:
+        """BERT WordPiece vocab.txt (cased unless `lowercase`); roles from [CLS] [SEP] [PAD] [UNK] [MASK] or <s> ...."""
+        path = Path(vocab_txt)
+        raw = _read_bytes(path)
+        vocab = _read_wordpiece_vocab(path, raw)
+        roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS)
+        tokens = sorted(vocab, key=vocab.__getitem__)
+        engine = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token=tokens[roles["unk"]], max_input_chars_per_word=100))
+        engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase)
+        engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        engine.decoder = decoders.WordPiece(prefix="##")
+        files = {"vocab.txt": raw}
+        if lowercase:
+            files["tokenizer_config.json"] = b'{"do_lower_case": true}\n'
+        return cls(kind="wordpiece", tokens=tokens, roles=roles, reference=engine, reference_vocab=vocab, reference_to_model=None,
+                   merges=[], files=files, lowercase=lowercase)
+
+    # ---- vocabulary
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def bos_id(self) -> int:
+        return self._roles["bos"]
+
+    @property
+    def pad_id(self) -> int:
+        return self._roles["pad"]
+
+    @property
+    def eos_id(self) -> int:
+        return self._roles["eos"]
+
+    @property
+    def unk_id(self) -> int:
+        return self._roles["unk"]
+
+    @property
+    def mask_id(self) -> int:
+        return self._roles["mask"]
+
+    @property
+    def engine(self) -> str:
+        """The engine `tokenize_ids` uses by default: 'tiktoken' (byte-level BPE) or 'tokenizers'."""
+        return "tiktoken" if self._tiktoken is not None else "tokenizers"
+
+    def id_to_token(self, i: int) -> str:
+        return self._tokens[i]
+
+    def token_to_id(self, token: str) -> int:
+        """The id of a token as the vocabulary spells it ('Ġworld', '##ing', '<mask>'); KeyError if absent."""
+        return self._token_ids[token]
+
+    def fingerprint(self) -> str:
+        """sha256 of what decides the ids (tokens in id order, merges, lowercasing), not of file bytes.
+
+        GPT-2+dict.txt and the equivalent vocab.json+merges.txt give the same fingerprint.
+        """
+        content = {"model": "wordpiece" if self.kind == "wordpiece" else "byte-level-bpe", "tokens": self._tokens,
+                   "merges": [f"{a} {b}" for a, b in self._merges], "lowercase": self._lowercase}
+        return hashlib.sha256(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+    def word_start(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """True where a token starts a word: a special token, the first token, a token after a special
+        token, a byte-level token with a leading space ('Ġ...'), a WordPiece token without '##'."""
+        ids = np.asarray(ids, dtype=np.int64)
+        starts = self._word_start[ids]
+        if len(ids):
+            starts[0] = True
+            starts[1:] |= self._special[ids[:-1]]
+        return starts
+
+    # ---- encoding
+
+    def tokenize_ids(self, text: str, *, engine: Engine = None) -> list[int]:
+        """Model ids of `text`, no special tokens. `engine` forces 'tiktoken' or 'tokenizers' (for checks)."""
+        return self.tokenize_ids_batch([text], engine=engine)[0]
+
+    def tokenize_ids_batch(self, texts: Sequence[str], *, engine: Engine = None) -> list[list[int]]:
+        """`tokenize_ids` for many texts, on all cores."""
+        ids, lengths = self.tokenize_ids_flat(texts, engine=engine)
+        flat = ids.tolist()
+        ends = np.cumsum(lengths).tolist()
+        return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
+
+    def tokenize_ids_flat(self, texts: Sequence[str], *, engine: Engine = None) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' model ids concatenated (int32) and each text's token count (int64): the form a
+        binarized corpus wants, without a Python list per token."""
+        engine = engine or self.engine
+        if engine == "tiktoken":
+            if self._tiktoken is None:
+                raise ValueError(f"the tiktoken engine is not available for this {self.kind} tokenizer")
+            pieces = self._tiktoken.encode_ordinary_batch(list(texts), num_threads=os.cpu_count() or 1)
+            lookup = self._rank_to_model
+        else:
+            pieces = [e.ids for e in self._reference.encode_batch_fast(list(texts), add_special_tokens=False)]
+            lookup = self._reference_to_model
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        ids = np.fromiter((i for piece in pieces for i in piece), dtype=np.int64, count=int(lengths.sum()))
+        ids = (ids if lookup is None else lookup[ids]).astype(np.int32)
+        return ids, lengths
+
+    def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Model ids and each token's (start, end) character span in `text`, leading space excluded."""
+        encoding = self._reference.encode(text, add_special_tokens=False)
+        ids = encoding.ids if self._reference_to_model is None else self._reference_to_model[encoding.ids].tolist()
+        return ids, encoding.offsets
+
+    def encode(self, text: str, *pairs: str, no_separator: bool = False, max_length: int | None = None,
+               truncation: Truncation = "longest_first") -> list[int]:
+        """fairseq's layout: `<s> A </s>`, and for each further text `</s> B </s>` (one `</s>` less
+        between texts with `no_separator`). `max_length` counts the special tokens."""
+        return self._assemble(self.tokenize_ids_batch([text, *pairs]), no_separator, max_length, truncation)
+
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, no_separator: bool = False,
+                     max_length: int | None = None, truncation: Truncation = "longest_first") -> list[list[int]]:
+        """`encode(text)` or `encode(text, pair)` for each text, tokenized together on all cores."""
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        firsts = self.tokenize_ids_batch(texts)
+        seconds = self.tokenize_ids_batch(pairs) if pairs is not None else None
+        return [self._assemble([a] if seconds is None else [a, seconds[k]], no_separator, max_length, truncation)
+                for k, a in enumerate(firsts)]
+
+    def _assemble(self, seqs: list[list[int]], no_separator: bool, max_length: int | None, truncation: Truncation) -> list[int]:
+        between = [self.eos_id] if no_separator else [self.eos_id, self.eos_id]
+        if max_length is not None:
+            budget = max_length - 2 - len(between) * (len(seqs) - 1)
+            if budget < 0:
+                raise UserError(f"max_length={max_length} leaves no room for the special tokens of {len(seqs)} text(s)")
+            keep = _truncated_lengths([len(s) for s in seqs], budget, truncation, max_length)
+            seqs = [s[:n] for s, n in zip(seqs, keep)]
+        ids = [self.bos_id, *seqs[0]]
+        for seq in seqs[1:]:
+            ids += between + seq
+        ids.append(self.eos_id)
+        return ids
+
+    # ---- decoding
+
+    def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = True) -> str:
+        """Text of `ids`; exactly the encoded text for byte-level BPE. Bytes that do not form UTF-8
+        (a sequence cut inside a character) become U+FFFD."""
+        ids = [int(i) for i in ids]
+        if skip_special_tokens:
+            ids = [i for i in ids if not self._special[i]]
+        if self.kind == "wordpiece":
+            return self._reference.decode(ids, skip_special_tokens=False)
+        return b"".join(self._bytes[i] for i in ids).decode("utf-8", errors="replace")
+
+    # ---- files
+
+    def save(self, directory: str | Path) -> None:
+        """Write this tokenizer's files, byte for byte as loaded, into `directory` (created if needed)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, data in self._files.items():
+            tmp = directory / f".{name}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, directory / name)
+
+
+def _truncated_lengths(lengths: list[int], budget: int, truncation: Truncation, max_length: int) -> list[int]:
+    """How many tokens of each text to keep so that they fit in `budget`."""
+    excess = sum(lengths) - budget
+    if excess <= 0:
+        return lengths
+    if truncation in ("only_first", "only_second"):
+        which = 0 if truncation == "only_first" else 1
+        if which >= len(lengths) or lengths[which] < excess:
+            raise UserError(f"cannot fit max_length={max_length} by truncating only the {'first' if which == 0 else 'second'} text")
+        return [n - excess if k == which else n for k, n in enumerate(lengths)]
+    if truncation != "longest_first":
+        raise UserError(f"{sum(lengths)} tokens exceed max_length={max_length} and truncation is {truncation!r}")
+    # Remove tokens from the longest text, one at a time, ties taken from the later text (HF's rule):
+    # the result caps every text at some c, and the earliest texts above the cap keep one more.
+    lo, hi = 0, max(lengths)
+    while lo < hi:
+        cap = (lo + hi + 1) // 2
+        lo, hi = (cap, hi) if sum(min(n, cap) for n in lengths) <= budget else (lo, cap - 1)
+    keep = [min(n, lo) for n in lengths]
+    spare = budget - sum(keep)
+    for k, n in enumerate(lengths):
+        if spare and n > lo:
+            keep[k] += 1
+            spare -= 1
+    return keep
+
+
+def load_tokenizer(directory: str | Path) -> Tokenizer:
+    """The tokenizer whose files are in `directory`: GPT-2 BPE + dict.txt, HF vocab.json + merges.txt, or vocab.txt."""
+    d = Path(directory)
+    if all((d / n).is_file() for n in ("encoder.json", "vocab.bpe", "dict.txt")):
+        return Tokenizer.from_gpt2(d / "encoder.json", d / "vocab.bpe", d / "dict.txt")
+    if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
+        return Tokenizer.from_hf(d / "vocab.json", d / "merges.txt")
+    if (d / "vocab.txt").is_file():
+        config = d / "tokenizer_config.json"
+        lowercase = config.is_file() and bool(_read_json_object(config, _read_bytes(config)).get("do_lower_case", False))
+        return Tokenizer.from_wordpiece(d / "vocab.txt", lowercase=lowercase)
+    raise UserError(f"{d}: no tokenizer files (expected encoder.json + vocab.bpe + dict.txt, "
+                    "vocab.json + merges.txt, or vocab.txt)")
+
+
+def train_tokenizer(
+    files: Sequence[str | Path],
+    out_dir: str | Path,
+    vocab_size: int,
+    min_frequency: int = 2,
+    *,
+    text_field: str = "text",
+    progress: bool = True,
+) -> Tokenizer:
+    """Train a byte-level BPE on text files (plain, .gz, .jsonl; directories expanded) and write
+    HF-layout vocab.json + merges.txt to `out_dir`: <s>=0 <pad>=1 </s>=2 <unk>=3, the 256 bytes,
+    the merges, and <mask> last, `vocab_size` ids in all (fewer if the text has too few pairs).
+    Sentences are read exactly as `roberta prepare` reads them."""
+    from tqdm import tqdm
+
+    from roberta.data.text_input import InputOptions, chunk_sentences, expand_inputs, iter_chunks
+
+    out = Path(out_dir)
+    specials = [BYTE_LEVEL_SPECIALS[r] for r in ("bos", "pad", "eos", "unk")]
+    smallest = len(specials) + len(BYTE_TO_CHAR) + 1
+    if vocab_size <= smallest:
+        raise UserError(f"--vocab-size {vocab_size} is too small: the specials and 256 bytes take {smallest} ids")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: already exists and is not empty")
+    paths = expand_inputs(list(files))
+    options = InputOptions(jsonl_text_field=text_field)
+    compressed = any(p.name.endswith(".gz") for p in paths)
+    bar = tqdm(total=None if compressed else sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
+               desc="reading text", disable=not progress)
+
+    def sentence_batches() -> Iterator[list[str]]:
+        for chunk in iter_chunks(paths, 1 << 20, options):
+            yield chunk_sentences(chunk, options)[0]
+            bar.update(len(chunk.data))
+
+    engine = tokenizers.Tokenizer(models.BPE())
+    engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # <mask> is appended after training so that it takes the last id, as in fairseq's RoBERTa.
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 1, min_frequency=min_frequency, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=progress)
+    engine.train_from_iterator(sentence_batches(), trainer)
+    bar.close()
+    model = json.loads(engine.to_str())["model"]
+    vocab = dict(sorted(model["vocab"].items(), key=lambda item: item[1]))
+    vocab[BYTE_LEVEL_SPECIALS["mask"]] = len(vocab)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        (staging / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        (staging / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Tokenizer.from_hf(out / "vocab.json", out / "merges.txt")
