@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -266,7 +267,32 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     (directory / "config.json").write_text(json.dumps(hf_config(model, tokenizer), indent=2) + "\n")
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     if tokenizer is not None:
-        tokenizer.save_hf(directory, model_max_length=model.config.max_tokens)
+        write_hf_tokenizer(directory, tokenizer, model.config.max_tokens)
+
+
+def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
+    """The tokenizer's own files, plus what `transformers.AutoTokenizer` needs: vocab.json +
+    merges.txt in model ids for byte-level BPE (a GPT-2 vocab.bpe is already a merges.txt) and a
+    tokenizer_config.json naming the class and the special tokens."""
+    tokenizer.save(directory)
+    names = {role: tokenizer.id_to_token(getattr(tokenizer, f"{role}_id")) for role in ("bos", "eos", "unk", "pad", "mask")}
+    config = {
+        "model_max_length": max_length,
+        **{f"{role}_token": name for role, name in names.items()},
+        "cls_token": names["bos"],
+        "sep_token": names["eos"],
+    }
+    if tokenizer.kind == "wordpiece":
+        existing = directory / "tokenizer_config.json"
+        lowercase = existing.is_file() and read_json(existing).get("do_lower_case", False)
+        config.update(tokenizer_class="BertTokenizer", do_lower_case=lowercase)
+    else:
+        config.update(tokenizer_class="RobertaTokenizer", add_prefix_space=False)
+        if tokenizer.kind == "gpt2":
+            vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
+            (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+            (directory / "merges.txt").write_bytes((directory / "vocab.bpe").read_bytes())
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def export_hf(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
@@ -472,7 +498,31 @@ def write_fairseq(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     }
     torch.save(ckpt, directory / "model.pt")
     if tokenizer is not None:
+        write_fairseq_tokenizer(directory, tokenizer)
+
+
+def write_fairseq_tokenizer(directory: Path, tokenizer) -> None:
+    """GPT-2 `encoder.json` + `vocab.bpe` + fairseq `dict.txt` giving the same ids.
+
+    An HF vocabulary in fairseq's layout (<s> <pad> </s> <unk> first, <mask> last) becomes a
+    GPT-2 encoder whose "GPT-2 ids" are the model ids, and a dict.txt listing them in order, so
+    fairseq's index 4 + line is the model id again.
+    """
+    if tokenizer.kind == "gpt2":
         tokenizer.save(directory)
+        return
+    layout = [tokenizer.bos_id, tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id, tokenizer.mask_id]
+    if tokenizer.kind != "hf" or layout != [0, 1, 2, 3, tokenizer.vocab_size - 1]:
+        raise UserError(
+            f"a {tokenizer.kind} tokenizer with special ids {layout} has no fairseq dict.txt equivalent "
+            f"(fairseq needs byte-level BPE with <s> <pad> </s> <unk> = 0..3 and <mask> last)"
+        )
+    vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
+    (directory / "encoder.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    tokenizer.save(directory)
+    os.replace(directory / "merges.txt", directory / "vocab.bpe")
+    os.remove(directory / "vocab.json")
+    (directory / "dict.txt").write_text("".join(f"{i} 1\n" for i in range(4, tokenizer.vocab_size - 1)))
 
 
 def export_fairseq(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
