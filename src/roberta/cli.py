@@ -8,6 +8,7 @@ anywhere becomes one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from roberta.errors import UserError
@@ -115,9 +116,42 @@ def _train_tokenizer(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _pretrain(subparsers) -> None:
+    p = subparsers.add_parser(
+        "pretrain",
+        help="pretrain RoBERTa on a prepared corpus (one CPU, one GPU, or torchrun DDP/FSDP)",
+        description="Trains on a corpus made by `roberta prepare`, writing RUN/checkpoints/, metrics.jsonl, "
+        "tensorboard/ and curves.png. Any job field can be overridden as --section.key=value "
+        "(e.g. --train.max_steps=1000 --optim.lr=1e-3). Under torchrun every rank runs this same command.",
+    )
+    p.add_argument("--config", help="job TOML, e.g. configs/pretrain-tiny.toml (default: the paper's base recipe)")
+    p.add_argument("--data", required=True, help="prepared corpus directory")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--tokenizer", help="tokenizer directory saved into checkpoints (default: found in/beside --data)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--init-from", help="start from a checkpoint (ours, HF or fairseq) instead of random weights")
+    p.add_argument("--scale", type=float, help="shrink batch, steps and warmup together (same as --train.scale)")
+    p.set_defaults(overrides=[])
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.train import distributed, load_job_config, pretrain
+
+        extra = [f"--train.scale={args.scale}"] if args.scale is not None else []
+        job = load_job_config(args.config, [*args.overrides, *extra])
+        result = pretrain(
+            job, args.data, args.out, tokenizer=args.tokenizer, resume=args.resume, init_from=args.init_from
+        )
+        if int(os.environ.get("RANK", "0")) == 0:
+            figures = ", ".join(f"{k} {v:.4g}" for k, v in result.valid.items())
+            print(f"step {result.step}: {figures}\ncheckpoint: {result.checkpoint}")
+        distributed.shutdown()
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
-VERBS = [_demo, _train_tokenizer, _prepare, _convert]
+VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Verbs that take `--section.key=value` overrides declare `overrides`; for all others an
+    # unknown argument is still an error.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not hasattr(args, "overrides"):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:
+        args.overrides = [*args.overrides, *unknown]
     try:
         args.handler(args)
     except UserError as e:

@@ -1,0 +1,216 @@
+"""The job configuration: typed dataclasses read from TOML and overridden with `--section.key=value`.
+
+A job file has the sections [model], [data], [optim], [schedule] and [train]; every key is a
+field below, every field has a default, so a file only states what differs. `train.scale`
+shrinks a paper-sized recipe by one number (see `scaled`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roberta.config import RobertaConfig
+from roberta.errors import UserError
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    preset: str = "base"
+    # Any of these replaces the preset's value; None keeps it. vocab_size comes from the tokenizer.
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    ffn_size: int | None = None
+    max_positions: int | None = None
+    dropout: float | None = None
+    attention_dropout: float | None = None
+
+
+@dataclass(frozen=True)
+class DataSection:
+    format: str = "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair
+    masking: str = "dynamic"  # dynamic | static
+    static_copies: int = 10  # static masking: how many fixed masks each sequence gets (BERT used 10)
+    seq_len: int = 512
+    mask_prob: float = 0.15
+    whole_word: bool = False
+    span_length: int = 1  # > 1: mask spans of this many tokens (or words)
+    workers: int = 0  # DataLoader worker processes (0: batches built in the training process)
+
+
+@dataclass(frozen=True)
+class OptimSection:
+    lr: float = 6e-4
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    clip_norm: float = 0.0  # 0 = no clipping (the paper's setting)
+
+
+@dataclass(frozen=True)
+class ScheduleSection:
+    kind: str = "linear"  # linear | polynomial | wsd (warmup-stable-decay)
+    warmup_steps: int = 24000
+    power: float = 1.0  # polynomial decay exponent
+    end_lr: float = 0.0
+    decay_fraction: float = 0.1  # wsd: the last fraction of steps that decays
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    batch_size: int = 8192  # sequences per optimizer step, over all ranks
+    micro_batch_size: int = 32  # sequences per forward pass on one rank
+    max_steps: int = 500000
+    scale: float = 1.0  # multiplies batch_size, max_steps and warmup_steps (Table 3 keeps equal compute)
+    seed: int = 1
+    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    parallel: str = "ddp"  # ddp | fsdp
+    device: str = "auto"  # auto | cpu | cuda
+    log_every: int = 10
+    eval_every: int = 1000
+    eval_batches: int = 50  # micro-batches of the held-out split per evaluation, per rank
+    checkpoint_every: int = 1000
+    keep_last: int = 3
+    peak_tflops: float = 0.0  # for MFU; 0 = known GPU table or a measured CPU matmul peak
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    train: TrainSection = field(default_factory=TrainSection)
+
+    def model_config(self, vocab_size: int, padding_idx: int = 1) -> RobertaConfig:
+        m = self.model
+        chosen = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "preset"}
+        overrides = {k: v for k, v in chosen.items() if v is not None}
+        return RobertaConfig.preset(m.preset, vocab_size=vocab_size, padding_idx=padding_idx, **overrides)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+CHOICES = {
+    "data.format": ("full-sentences", "doc-sentences", "segment-pair", "sentence-pair"),
+    "data.masking": ("dynamic", "static"),
+    "schedule.kind": ("linear", "polynomial", "wsd"),
+    "train.precision": ("auto", "fp32", "bf16", "fp16"),
+    "train.parallel": ("ddp", "fsdp"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "model.preset": ("tiny", "medium", "base", "large"),
+}
+
+
+def load_job_config(path: str | Path | None = None, overrides: list[str] = ()) -> JobConfig:
+    """Read a TOML job file (or start from defaults) and apply `--section.key=value` overrides."""
+    values: dict[str, dict] = {}
+    lines: list[str] = []
+    source = "defaults"
+    if path is not None:
+        path = Path(path)
+        source = str(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such config file") from None
+        try:
+            values = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise UserError(f"{path}: invalid TOML ({e})") from None
+        lines = text.splitlines()
+    job = JobConfig()
+    for section, table in values.items():
+        if not isinstance(table, dict):
+            raise UserError(f"{source}:{_line_of(lines, section)}: {section!r} is not a [section]")
+        for key, value in table.items():
+            where = f"{source}:{_line_of(lines, key)}"
+            job = _set(job, f"{section}.{key}", value, where)
+    for item in overrides:
+        job = apply_override(job, item)
+    return job
+
+
+def apply_override(job: JobConfig, item: str) -> JobConfig:
+    """`--train.max_steps=100` (or without dashes) → a new JobConfig with that field changed."""
+    match = re.fullmatch(r"(?:--)?([a-z_]+\.[a-z_]+)=(.*)", item.strip(), flags=re.S)
+    if not match:
+        raise UserError(f"override {item!r}: expected --section.key=value")
+    key, text = match.groups()
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text  # a bare word such as --train.precision=bf16
+    return _set(job, key, value, f"override --{key}")
+
+
+def _set(job: JobConfig, key: str, value, where: str) -> JobConfig:
+    section_name, _, name = key.partition(".")
+    sections = {f.name for f in dataclasses.fields(JobConfig)}
+    if section_name not in sections:
+        raise UserError(f"{where}: unknown section {section_name!r} (known: {', '.join(sorted(sections))})")
+    section = getattr(job, section_name)
+    hints = typing.get_type_hints(type(section))
+    if name not in hints:
+        raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(f'{section_name}.{k}' for k in hints)})")
+    value = _coerce(value, hints[name], key, where)
+    if key in CHOICES and value not in CHOICES[key]:
+        raise UserError(f"{where}: {key} = {value!r} is not one of {', '.join(CHOICES[key])}")
+    return dataclasses.replace(job, **{section_name: dataclasses.replace(section, **{name: value})})
+
+
+def _coerce(value, hint, key: str, where: str):
+    """Check a TOML value against a field's type; ints pass as floats, arrays as tuples."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
+    for option in options:
+        if option is type(None):
+            continue
+        if option is bool and isinstance(value, bool):
+            return value
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if option is str and isinstance(value, str):
+            return value
+        if typing.get_origin(option) is tuple and isinstance(value, list):
+            kinds = typing.get_args(option)
+            if len(value) == len(kinds) and all(isinstance(v, (int, float)) for v in value):
+                return tuple(float(v) for v in value)
+    wanted = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+    raise UserError(f"{where}: {key} expects {wanted}, got {value!r}")
+
+
+_UnionType = type(int | None)
+
+
+def _line_of(lines: list[str], key: str) -> int:
+    for number, line in enumerate(lines, 1):
+        if re.match(rf"\s*(\[{re.escape(key)}\]|{re.escape(key)}\s*=)", line):
+            return number
+    return 0
+
+
+def scaled(job: JobConfig) -> JobConfig:
+    """Apply train.scale: batch, steps and warmup shrink together so equal-compute recipes stay equal."""
+    s = job.train.scale
+    if s <= 0:
+        raise UserError(f"train.scale must be positive, got {s}")
+    if s == 1.0:
+        return job
+
+    def shrink(n: int) -> int:
+        return max(1, math.ceil(n * s))
+
+    train = dataclasses.replace(
+        job.train, batch_size=shrink(job.train.batch_size), max_steps=shrink(job.train.max_steps), scale=1.0
+    )
+    schedule = dataclasses.replace(job.schedule, warmup_steps=shrink(job.schedule.warmup_steps))
+    return dataclasses.replace(job, train=train, schedule=schedule)

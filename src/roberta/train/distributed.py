@@ -1,0 +1,108 @@
+"""Processes, devices and data parallelism, applied to a plain model from outside.
+
+`torchrun` sets RANK/WORLD_SIZE/LOCAL_RANK; without them the run is one process. gloo on CPU,
+NCCL on GPU. DDP is the default; FSDP2 (`fully_shard`, one unit per encoder layer plus the
+root holding embeddings and the tied LM head) is for models whose optimizer state does not fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from roberta.errors import UserError
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(device: str = "auto") -> Dist:
+    """Join the torchrun process group if there is one, and pick this process's device."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("train.device = 'cuda' but no CUDA device is visible")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if device == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        torch_device = torch.device("cuda", local_rank)
+    else:
+        torch_device = torch.device("cpu")
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
+    return Dist(rank=rank, world_size=world_size, device=torch_device)
+
+
+def wrap(model: nn.Module, parallel: str, env: Dist) -> nn.Module:
+    """The module the loop runs: the model itself, DDP around it, or the model sharded in place."""
+    if env.world_size == 1:
+        return model
+    if parallel == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(env.device.type, (env.world_size,))
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [env.device.index] if env.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    return module.module if hasattr(module, "no_sync") and hasattr(module, "module") else module
+
+
+@contextlib.contextmanager
+def gradient_sync(module: nn.Module, enabled: bool):
+    """Skip the all-reduce on accumulation micro-steps; only the last one communicates."""
+    if hasattr(module, "no_sync"):  # DDP
+        with contextlib.nullcontext() if enabled else module.no_sync():
+            yield
+    elif hasattr(module, "set_requires_gradient_sync"):  # FSDP2
+        module.set_requires_gradient_sync(enabled)
+        yield
+    else:
+        yield
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(values)
+    return values
+
+
+def all_gather(obj) -> list:
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,139 @@
+"""Where a run's numbers go: metrics.jsonl, TensorBoard and curves.png (rank 0 only).
+
+Also the arithmetic behind the progress bar's MFU: the model's training FLOPs per step over
+the hardware's peak.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from roberta.config import RobertaConfig
+
+METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
+
+# Dense bf16/fp16 tensor-core peaks (datasheets), matched against torch.cuda.get_device_name().
+GPU_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "V100": 125.0}
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path, resume_step: int | None = None):
+        self.run_dir = run_dir
+        self.path = run_dir / METRICS_FILE
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None:
+            self._truncate_after(resume_step)
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops events a killed run logged past its last checkpoint.
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+
+    def log(self, step: int, split: str, values: dict[str, float]) -> None:
+        record = {"step": step, "split": split, **{k: _plain(v) for k, v in values.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(f"{split}/{key}", value, step)
+        self.writer.flush()
+
+    def plot(self) -> Path:
+        return plot_curves(read_metrics(self.path), self.run_dir / CURVES_FILE)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def _truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        kept = [r for r in read_metrics(self.path) if r["step"] <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, self.path)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(records: list[dict], out: Path) -> Path:
+    """Loss, perplexity, learning rate and throughput against step; written to a temporary, then renamed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in records if r["split"] == "train"]
+    valid = [r for r in records if r["split"] == "valid"]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    panels = [
+        (axes[0, 0], "loss", "loss"),
+        (axes[0, 1], "perplexity", "perplexity"),
+        (axes[1, 0], "lr", "learning rate"),
+        (axes[1, 1], "tokens_per_s", "tokens/s"),
+    ]
+    for ax, key, title in panels:
+        for rows, label in ((train, "train"), (valid, "valid")):
+            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points), label=label, marker="o" if label == "valid" else None, markersize=3)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if key == "perplexity":
+            ax.set_yscale("log")
+        ax.legend() if ax.lines else None
+    fig.subplots_adjust(hspace=0.35, wspace=0.25)  # tight_layout costs seconds of text measuring
+    tmp = out.with_name(out.name + ".tmp")
+    fig.savefig(tmp, format="png", dpi=80)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out
+
+
+def training_flops_per_token(config: RobertaConfig, seq_len: int, masked_fraction: float) -> float:
+    """6 FLOPs per parameter per token (forward + backward) in the layers, attention scores,
+    and the LM head counted only on the masked fraction it actually runs on."""
+    h, layers = config.hidden_size, config.num_layers
+    layer_params = layers * (4 * h * h + 2 * h * config.ffn_size)
+    attention = layers * 2 * 2 * seq_len * h  # QK^T and AV, forward
+    lm_head = masked_fraction * (h * h + h * config.vocab_size)
+    return 6 * layer_params + 3 * attention + 6 * lm_head
+
+
+def peak_flops(device: torch.device, precision: str, configured_tflops: float) -> float:
+    if configured_tflops > 0:
+        return configured_tflops * 1e12
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, tflops in GPU_PEAK_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12 / (2 if precision == "fp32" else 1)  # TF32 runs at half rate
+        return 0.0
+    return measured_matmul_flops()
+
+
+def measured_matmul_flops(size: int = 512, repeats: int = 8) -> float:
+    """This CPU's fp32 matrix-product rate with the current thread count: MFU's denominator."""
+    a, b = torch.randn(size, size, generator=torch.Generator().manual_seed(0)), torch.ones(size, size)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf
+    return value
