@@ -13,6 +13,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -275,12 +276,19 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
     merges.txt in model ids for byte-level BPE (a GPT-2 vocab.bpe is already a merges.txt) and a
     tokenizer_config.json naming the class and the special tokens."""
     tokenizer.save(directory)
-    names = {role: tokenizer.id_to_token(getattr(tokenizer, f"{role}_id")) for role in ("bos", "eos", "unk", "pad", "mask")}
+    ids = {role: getattr(tokenizer, f"{role}_id") for role in ("bos", "eos", "unk", "pad", "mask")}
+    names = {role: tokenizer.id_to_token(i) for role, i in ids.items()}
     config = {
         "model_max_length": max_length,
         **{f"{role}_token": name for role, name in names.items()},
         "cls_token": names["bos"],
         "sep_token": names["eos"],
+        # RoBERTa's <mask> swallows the space before it, so "Hello <mask>" is two tokens as in fairseq.
+        "added_tokens_decoder": {
+            str(i): {"content": names[role], "lstrip": role == "mask" and tokenizer.kind != "wordpiece",
+                     "rstrip": False, "normalized": False, "single_word": False, "special": True}
+            for role, i in sorted(ids.items(), key=lambda item: item[1])
+        },
     }
     if tokenizer.kind == "wordpiece":
         existing = directory / "tokenizer_config.json"
@@ -354,10 +362,13 @@ def load_pickle(path: Path, map_location: str | torch.device = "cpu") -> dict:
             value = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises UnpicklingError, RuntimeError or EOFError by cause
         reason = str(e)
-        if "Unsupported global" in reason:
-            what = reason.split("Unsupported global:", 1)[1].split(" was not", 1)[0].strip()
-            raise UserError(f"{path}: refused to unpickle {what} (only tensors and plain metadata are loaded)") from None
-        raise UserError(f"{path}: unreadable checkpoint, truncated or corrupt ({reason.splitlines()[0]})") from None
+        refused = re.search(r"GLOBAL (\S+)", reason)
+        if refused:
+            raise UserError(f"{path}: refused to unpickle {refused.group(1)} (only tensors and plain metadata are loaded)") from None
+        # torch wraps the cause in advice about weights_only=False, which is exactly what we must not do.
+        lines = [line.strip() for line in reason.splitlines() if line.strip()]
+        detail = next((line for line in reversed(lines) if not line.startswith(("Check the doc", "Weights only load"))), lines[0] if lines else type(e).__name__)
+        raise UserError(f"{path}: unreadable checkpoint, truncated or corrupt ({detail})") from None
     if not isinstance(value, dict):
         raise UserError(f"{path}: expected a dict of tensors, found {type(value).__name__}")
     return value
