@@ -2,6 +2,7 @@
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
+from roberta.hub import Roberta, load
 from roberta.model import RobertaModel
 
-__all__ = ["RobertaConfig", "RobertaModel", "UserError"]
+__all__ = ["Roberta", "RobertaConfig", "RobertaModel", "UserError", "load"]

@@ -149,9 +149,99 @@ def _pretrain(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _load_hub(args: argparse.Namespace):
+    """The checkpoint as a hub, on --device, with --batch-tokens."""
+    from roberta.hub import load
+
+    roberta = load(args.checkpoint, args.checkpoint_file).to(args.device)
+    roberta.batch_tokens = args.batch_tokens
+    return roberta
+
+
+def _hub_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="our checkpoint directory, an HF directory, or a fairseq directory / model.pt")
+    p.add_argument("--checkpoint-file", help="the .pt file inside a fairseq directory (default model.pt)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--batch-tokens", type=int, default=4096,
+                   help="padded tokens per batch; inputs are sorted by length so batches hold little padding (default 4096)")
+
+
+def _fill_mask(subparsers) -> None:
+    p = subparsers.add_parser(
+        "fill-mask",
+        help="the most likely tokens for the one <mask> in a text",
+        description="Prints the --topk fillings of the single <mask> in TEXT (fairseq's fill_mask: the "
+        "space before <mask> belongs to the predicted token), one per line: probability, token, filled text.",
+    )
+    _hub_options(p)
+    p.add_argument("text", help='text holding exactly one <mask>, e.g. "The capital of France is <mask>."')
+    p.add_argument("--topk", type=int, default=5, help="how many fillings (default 5)")
+
+    def run(args: argparse.Namespace) -> None:
+        for filled, score, token in _load_hub(args).fill_mask(args.text, topk=args.topk):
+            print(f"{score:.4f}\t{token!r}\t{filled}")
+
+    p.set_defaults(handler=run)
+
+
+def _embed(subparsers) -> None:
+    p = subparsers.add_parser(
+        "embed",
+        help="one vector per line of a text file, into a .npy file",
+        description="Embeds each line of --input (row k of --out is line k+1) with the chosen layer and "
+        "pooling. Lines are read in chunks and sorted by length within a chunk, so files larger than "
+        "memory stream through; --out is written under a temporary name and renamed when complete.",
+    )
+    _hub_options(p)
+    p.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
+    p.add_argument("--out", required=True, help=".npy file to write (float32, [lines, hidden])")
+    p.add_argument("--layer", type=int, default=-1, help="0 = embeddings, 1..L = layers, -1 = last (default -1)")
+    p.add_argument("--pool", choices=["cls", "mean"], default="cls", help="<s> vector or mean over tokens (default cls)")
+    p.add_argument("--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.infer import embed_file
+
+        rows = embed_file(_load_hub(args), args.input, args.out, layer=args.layer, pool=args.pool,
+                          truncate=args.truncate, progress=not args.no_progress)
+        print(f"{args.out}: {rows} vectors")
+
+    p.set_defaults(handler=run)
+
+
+def _predict(subparsers) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="classify each row of a TSV file with a checkpoint's classification head",
+        description="Runs the classification head --head on the text (or text pair) of each row of --input. "
+        "--out gets a header and per row the predicted label index and each class's probability (a "
+        "one-output regression head: its score); written under a temporary name, then renamed.",
+    )
+    _hub_options(p)
+    p.add_argument("--head", required=True, help="classification head name")
+    p.add_argument("--input", required=True, help="TSV file (tab-separated, no quoting)")
+    p.add_argument("--out", required=True, help="TSV file to write")
+    p.add_argument("--columns", default="0",
+                   help="text column, or two for a pair: 0-based indices or header names, e.g. 0 or 1,2 or "
+                   "sentence1,sentence2 (names imply --header; default 0)")
+    p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
+    p.add_argument("--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.infer import predict_file
+
+        rows = predict_file(_load_hub(args), args.head, args.input, args.out, columns=args.columns,
+                            header=args.header, truncate=args.truncate, progress=not args.no_progress)
+        print(f"{args.out}: {rows} predictions")
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
-VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain]
+VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _fill_mask, _embed, _predict]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,161 @@
+"""Inference over files, for the `embed` and `predict` verbs: inputs streamed in chunks of lines.
+
+Each chunk is encoded, sorted by length inside the hub, run, and written in input order, so a
+file larger than memory goes through in bounded space. Outputs are written under a temporary
+name and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.format import open_memmap
+from tqdm import tqdm
+
+from roberta.errors import UserError
+from roberta.hub import Roberta, TooLongError
+
+CHUNK_LINES = 8192
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def read_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[int, list[str]]]:
+    """(1-based number of the chunk's first line, its lines without line endings)."""
+    chunk: list[str] = []
+    first = 1
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                chunk.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError:
+                raise UserError(f"{path}:{number}: not valid UTF-8") from None
+            if len(chunk) == chunk_lines:
+                yield first, chunk
+                first, chunk = number + 1, []
+    if chunk:
+        yield first, chunk
+
+
+def _temporary(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out.with_name(f".{out.name}.tmp-{os.getpid()}{out.suffix}")
+
+
+def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int = -1, pool: str = "cls",
+               truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True) -> int:
+    """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1."""
+    input, out = Path(input), Path(out)
+    total = count_lines(input)
+    if total == 0:
+        raise UserError(f"{input}: no lines to embed")
+    tmp = _temporary(out)
+    try:
+        # Sized by the counting pass, so rows are written in place and nothing is held in memory.
+        vectors = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size))
+        with tqdm(total=total, unit="line", desc="embed", disable=not progress) as bar:
+            for first, lines in read_chunks(input, chunk_lines):
+                if first - 1 + len(lines) > total:
+                    raise UserError(f"{input}: the file grew while it was read")
+                ids = _encode(roberta, lines, None, input, first, truncate)
+                vectors[first - 1 : first - 1 + len(lines)] = roberta.embed(ids, layer, pool).float().cpu().numpy()
+                bar.update(len(lines))
+        vectors.flush()
+        del vectors
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return total
+
+
+def _encode(roberta: Roberta, texts: list[str], pairs: list[str] | None, path: Path, first: int, truncate: bool):
+    try:
+        return roberta.encode_batch(texts, pairs, truncate=truncate)
+    except TooLongError as e:
+        raise UserError(f"{path}:{first + e.index}: {e}") from None
+
+
+def parse_columns(spec: str) -> list[int | str]:
+    """'0', '3,4' or 'sentence1,sentence2': one or two text columns, by 0-based index or header name."""
+    columns: list[int | str] = [int(c) if c.strip().isdigit() else c.strip() for c in spec.split(",")]
+    if not 1 <= len(columns) <= 2 or any(c == "" for c in columns):
+        raise UserError(f"--columns {spec!r}: give one or two columns (0-based indices or header names), comma-separated")
+    return columns
+
+
+def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path, columns: str = "0",
+                 header: bool = False, truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True) -> int:
+    """Classify each row of the TSV `input` (text in one column, or a pair in two) with `head`.
+
+    `out` gets a header and one row per input row: the predicted label index and each class's
+    probability, or for a one-output (regression) head its score.
+    """
+    input, out = Path(input), Path(out)
+    wanted = parse_columns(columns)
+    named = any(isinstance(c, str) for c in wanted)
+    total = count_lines(input) - (header or named)
+    if total <= 0:
+        raise UserError(f"{input}: no rows to predict")
+    tmp = _temporary(out)
+    try:
+        with tmp.open("w", encoding="utf-8") as sink, tqdm(total=total, unit="row", desc="predict", disable=not progress) as bar:
+            indices: list[int] | None = None if named or header else list(wanted)
+            wrote_header = False
+            for first, lines in read_chunks(input, chunk_lines):
+                if indices is None:
+                    indices = _header_indices(lines[0].split("\t"), wanted, input)
+                    first, lines = first + 1, lines[1:]
+                    if not lines:
+                        continue
+                fields = [_fields(line, indices, input, first + k) for k, line in enumerate(lines)]
+                texts = [f[0] for f in fields]
+                pairs = [f[1] for f in fields] if len(indices) == 2 else None
+                logits = roberta.predict(head, _encode(roberta, texts, pairs, input, first, truncate), return_logits=True)
+                logits = logits.float().cpu()
+                if not wrote_header:
+                    classes = logits.size(1)
+                    sink.write("score\n" if classes == 1 else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n")
+                    wrote_header = True
+                sink.writelines(_prediction_row(row) for row in logits)
+                bar.update(len(lines))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return total
+
+
+def _header_indices(names: list[str], wanted: list[int | str], path: Path) -> list[int]:
+    indices = []
+    for c in wanted:
+        if isinstance(c, int):
+            indices.append(c)
+        elif c in names:
+            indices.append(names.index(c))
+        else:
+            raise UserError(f"{path}:1: no column named {c!r} in the header ({', '.join(names)})")
+    return indices
+
+
+def _fields(line: str, indices: list[int], path: Path, number: int) -> list[str]:
+    cells = line.split("\t")
+    if max(indices) >= len(cells):
+        raise UserError(f"{path}:{number}: {len(cells)} column(s), but column {max(indices)} holds text")
+    return [cells[i] for i in indices]
+
+
+def _prediction_row(logits) -> str:
+    if logits.numel() == 1:
+        return f"{logits.item():.6g}\n"
+    probs = logits.softmax(dim=-1)
+    return "\t".join([str(int(probs.argmax())), *(f"{p:.6g}" for p in probs.tolist())]) + "\n"
