@@ -39,11 +39,15 @@ def _weight_and_bias(ours: str, theirs: str | tuple[str, ...]) -> Pairs:
 
 def hf_encoder_names(num_layers: int) -> Pairs:
     e = "roberta.embeddings."
-    pairs = [("embed_tokens.weight", e + "word_embeddings.weight"), ("embed_positions.weight", e + "position_embeddings.weight")]
-    pairs += _weight_and_bias("embed_layer_norm", e + "LayerNorm")
+    pairs = [
+        ("embed_tokens.weight", e + "word_embeddings.weight"),
+        ("embed_positions.weight", e + "position_embeddings.weight"),
+        *_weight_and_bias("embed_layer_norm", e + "LayerNorm"),
+    ]
     for i in range(num_layers):
         ours, theirs = f"layers.{i}.", f"roberta.encoder.layer.{i}."
-        pairs += _weight_and_bias(ours + "attention.qkv", tuple(theirs + f"attention.self.{x}" for x in ("query", "key", "value")))
+        qkv = tuple(theirs + f"attention.self.{x}" for x in ("query", "key", "value"))
+        pairs += _weight_and_bias(ours + "attention.qkv", qkv)
         pairs += _weight_and_bias(ours + "attention.out_proj", theirs + "attention.output.dense")
         pairs += _weight_and_bias(ours + "attention_layer_norm", theirs + "attention.output.LayerNorm")
         pairs += _weight_and_bias(ours + "fc1", theirs + "intermediate.dense")
@@ -68,8 +72,11 @@ def hf_head_names(name: str) -> Pairs:
 
 def fairseq_names(num_layers: int, heads: typing.Iterable[str], prefix: str = "encoder.") -> Pairs:
     s = prefix + "sentence_encoder."
-    pairs = [("embed_tokens.weight", s + "embed_tokens.weight"), ("embed_positions.weight", s + "embed_positions.weight")]
-    pairs += _weight_and_bias("embed_layer_norm", s + "emb_layer_norm")
+    pairs = [
+        ("embed_tokens.weight", s + "embed_tokens.weight"),
+        ("embed_positions.weight", s + "embed_positions.weight"),
+        *_weight_and_bias("embed_layer_norm", s + "emb_layer_norm"),
+    ]
     for i in range(num_layers):
         ours, theirs = f"layers.{i}.", f"{s}layers.{i}."
         pairs += _weight_and_bias(ours + "attention.qkv", tuple(theirs + f"self_attn.{x}_proj" for x in "qkv"))
@@ -154,7 +161,8 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
             padding_idx=hf.get("pad_token_id", 1),
             dropout=hf.get("hidden_dropout_prob", 0.1),
             attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-            classifier_dropout=hf.get("classifier_dropout") or hf.get("hidden_dropout_prob", 0.1),
+            classifier_dropout=hf.get("classifier_dropout") if hf.get("classifier_dropout") is not None
+            else hf.get("hidden_dropout_prob", 0.1),
             layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
             init_std=hf.get("initializer_range", 0.02),
         )
@@ -169,12 +177,15 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
     else:
         state = load_pickle(weights, map_location)
     # A bare RobertaModel saves its keys without the "roberta." prefix.
-    state = {("roberta." + k if k.split(".")[0] in ("embeddings", "encoder", "pooler") else k): v for k, v in state.items()}
+    bare = ("embeddings", "encoder", "pooler")
+    state = {("roberta." + k if k.split(".")[0] in bare else k): v for k, v in state.items()}
 
     has_lm_head = "lm_head.dense.weight" in state
     heads = {}
     if "classifier.dense.weight" in state:
         head = hf.get("roberta_head_name", "classification")
+        if "classifier.out_proj.weight" not in state:
+            raise UserError(f"{weights}: missing key 'classifier.out_proj.weight'")
         heads[head] = {
             "num_classes": state["classifier.out_proj.weight"].shape[0],
             "inner_dim": state["classifier.dense.weight"].shape[0],
@@ -194,12 +205,15 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
         raise UserError(f"{source}: missing key {HF_TOKEN_TYPES!r}")
     token_types = state.pop(HF_TOKEN_TYPES)
     if token_types.shape[1:] != (config.hidden_size,):
-        raise UserError(f"{source}: key {HF_TOKEN_TYPES!r} has shape {list(token_types.shape)}, expected [1, {config.hidden_size}]")
+        raise UserError(
+            f"{source}: key {HF_TOKEN_TYPES!r} has shape {list(token_types.shape)}, expected [1, {config.hidden_size}]"
+        )
     ours["embed_positions.weight"] = ours["embed_positions.weight"] + token_types[0]
     if not has_lm_head:
         ours.update({k: v for k, v in expected.items() if k.startswith("lm_head.")})
     # Tied or unused tensors older HF versions also store: checked, then dropped.
-    _same_tensor(state, "lm_head.decoder.weight", ours["embed_tokens.weight"], source, "untied LM heads are not supported")
+    untied = "untied LM heads are not supported"
+    _same_tensor(state, "lm_head.decoder.weight", ours["embed_tokens.weight"], source, untied)
     if has_lm_head:
         _same_tensor(state, "lm_head.decoder.bias", ours["lm_head.bias"], source, "it must equal lm_head.bias")
     for unused in ("roberta.embeddings.position_ids", "roberta.pooler.dense.weight", "roberta.pooler.dense.bias"):
@@ -259,7 +273,9 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
         raise UserError(f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}")
     for name, shape in heads.items():
         if shape["inner_dim"] != model.config.hidden_size:
-            raise UserError(f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, not {shape['inner_dim']}")
+            raise UserError(
+                f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, not {shape['inner_dim']}"
+            )
     pairs = hf_encoder_names(model.config.num_layers) + HF_LM_HEAD
     for name in heads:
         pairs += hf_head_names(name)
@@ -319,7 +335,10 @@ _OMEGACONF_NAMES = (
     "omegaconf.listconfig.ListConfig",
     "omegaconf.base.Metadata",
     "omegaconf.base.ContainerMetadata",
-    *(f"omegaconf.nodes.{n}" for n in ("AnyNode", "StringNode", "IntegerNode", "FloatNode", "BooleanNode", "BytesNode", "PathNode")),
+    *(
+        f"omegaconf.nodes.{n}"
+        for n in ("AnyNode", "StringNode", "IntegerNode", "FloatNode", "BooleanNode", "BytesNode", "PathNode")
+    ),
 )
 
 
@@ -364,10 +383,12 @@ def load_pickle(path: Path, map_location: str | torch.device = "cpu") -> dict:
         reason = str(e)
         refused = re.search(r"GLOBAL (\S+)", reason)
         if refused:
-            raise UserError(f"{path}: refused to unpickle {refused.group(1)} (only tensors and plain metadata are loaded)") from None
+            what = refused.group(1)
+            raise UserError(f"{path}: refused to unpickle {what} (only tensors and plain metadata are loaded)") from None
         # torch wraps the cause in advice about weights_only=False, which is exactly what we must not do.
         lines = [line.strip() for line in reason.splitlines() if line.strip()]
-        detail = next((line for line in reversed(lines) if not line.startswith(("Check the doc", "Weights only load"))), lines[0] if lines else type(e).__name__)
+        causes = [line for line in lines if not line.startswith(("Check the doc", "Weights only load"))]
+        detail = (causes or lines or [type(e).__name__])[-1]
         raise UserError(f"{path}: unreadable checkpoint, truncated or corrupt ({detail})") from None
     if not isinstance(value, dict):
         raise UserError(f"{path}: expected a dict of tensors, found {type(value).__name__}")
@@ -391,9 +412,9 @@ def fairseq_hyperparameters(ckpt: dict) -> dict:
     if isinstance(ckpt.get("args"), argparse.Namespace):
         return vars(ckpt["args"])
     cfg = _plain(ckpt.get("cfg"))
-    if isinstance(cfg, dict) and isinstance(cfg.get("model"), dict):
-        return cfg["model"]
-    return {}
+    model = cfg.get("model") if isinstance(cfg, dict) else None
+    # fairseq keeps a legacy (argparse) model's options in cfg.model as a Namespace.
+    return vars(model) if isinstance(model, argparse.Namespace) else model if isinstance(model, dict) else {}
 
 
 def _upgrade_fairseq_names(state: dict, prefix: str, num_layers: int) -> None:
@@ -430,10 +451,12 @@ def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> 
     _upgrade_fairseq_names(state, prefix, num_layers)
     vocab_size, hidden = state[s + "embed_tokens.weight"].shape
     meta = fairseq_hyperparameters(ckpt)
-    for field, value in (("activation_fn", "gelu"), ("encoder_normalize_before", False), ("untie_weights_roberta", False)):
+    supported = (("activation_fn", "gelu"), ("encoder_normalize_before", False), ("untie_weights_roberta", False))
+    for field, value in supported:
         if meta.get(field, value) != value:
             raise UserError(f"{source}: args.{field} is {meta[field]!r}; only {value!r} is supported")
-    inferred = {"encoder_layers": num_layers, "encoder_embed_dim": hidden, "encoder_ffn_embed_dim": state[s + "layers.0.fc1.weight"].shape[0] if num_layers else 0}
+    ffn = state[s + "layers.0.fc1.weight"].shape[0] if num_layers else hidden
+    inferred = {"encoder_layers": num_layers, "encoder_embed_dim": hidden, "encoder_ffn_embed_dim": ffn}
     for field, value in inferred.items():
         if field in meta and meta[field] != value:
             raise UserError(f"{source}: args.{field} is {meta[field]}, the weights say {value}")
@@ -462,7 +485,8 @@ def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> 
     ours = take(state, fairseq_names(num_layers, heads, prefix), model.state_dict(), source)
     if prefix + "lm_head.weight" not in state:
         raise UserError(f"{source}: missing key {prefix + 'lm_head.weight'!r}")
-    _same_tensor(state, prefix + "lm_head.weight", ours["embed_tokens.weight"], source, "untied LM heads are not supported")
+    untied = "untied LM heads are not supported"
+    _same_tensor(state, prefix + "lm_head.weight", ours["embed_tokens.weight"], source, untied)
     _refuse_leftovers(state, source)
     checkpoint.load_weights(model, ours, source)
     return model.eval(), tokenizer
@@ -498,13 +522,18 @@ def fairseq_args(model: RobertaModel) -> argparse.Namespace:
 def write_fairseq(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write `model.pt` (fairseq key names, argparse args) and the tokenizer's files."""
     heads = head_shapes(model)
+    if model.config.padding_idx != 1:
+        raise UserError(f"fairseq RoBERTa pads with id 1; this model pads with {model.config.padding_idx}")
     state = give(model.state_dict(), fairseq_names(model.config.num_layers, heads))
     state["encoder.lm_head.weight"] = state["encoder.sentence_encoder.embed_tokens.weight"]
     ckpt = {
         "args": fairseq_args(model),
         "model": state,
         # fairseq's checkpoint upgrade reads these; a fresh, untrained history.
-        "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam", "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+        "optimizer_history": [
+            {"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam", "lr_scheduler_state": {"best": None},
+             "num_updates": 0}
+        ],
         "extra_state": {"train_iterator": {"epoch": 1}},
     }
     torch.save(ckpt, directory / "model.pt")
@@ -592,18 +621,30 @@ def model_outputs(model: RobertaModel, tokens: torch.Tensor) -> dict[str, torch.
 
 
 @torch.no_grad()
-def transformers_outputs(directory: Path, tokens: torch.Tensor, padding_idx: int, heads: list[str]) -> dict[str, torch.Tensor]:
+def transformers_outputs(
+    directory: Path, tokens: torch.Tensor, padding_idx: int, heads: list[str]
+) -> dict[str, torch.Tensor]:
     """The same outputs as `model_outputs`, computed by HF transformers from an exported directory."""
     import transformers
+    from transformers.utils import logging
 
     mask = tokens.ne(padding_idx).long()
-    mlm = transformers.AutoModelForMaskedLM.from_pretrained(directory).float().eval()
-    out = mlm(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
-    outputs = {f"hidden_states[{i}]": h for i, h in enumerate(out.hidden_states)}
-    outputs["lm_logits"] = out.logits
-    for name in heads:
-        classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
-        outputs[f"heads.{name}"] = classifier(input_ids=tokens, attention_mask=mask).logits
+    # Loading a classifier checkpoint as a masked LM warns about the unused head: expected here.
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        mlm = transformers.AutoModelForMaskedLM.from_pretrained(directory).float().eval()
+        out = mlm(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
+        outputs = {f"hidden_states[{i}]": h for i, h in enumerate(out.hidden_states)}
+        outputs["lm_logits"] = out.logits
+        for name in heads:
+            classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
+            outputs[f"heads.{name}"] = classifier(input_ids=tokens, attention_mask=mask).logits
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
     return outputs
 
 
@@ -644,11 +685,14 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
             candidate = model_outputs(load_any(tmp)[0].float(), tokens)
         difference = max_difference(reference, candidate)
         print(
-            f"{src} → {dst} ({to}): largest difference on a probe batch of {len(tokens)} padded sequences, "
+            f"{src} -> {dst} ({to}): largest difference on a probe batch of {len(tokens)} padded sequences, "
             f"{len(reference)} outputs, read back by {checker}: {difference:.3g}"
         )
         if not difference <= tolerance:
-            raise UserError(f"conversion check failed: largest difference {difference:.3g} exceeds {tolerance:g}; nothing written to {dst}")
+            raise UserError(
+                f"conversion check failed: largest difference {difference:.3g} exceeds {tolerance:g}; "
+                f"nothing written to {dst}"
+            )
     return difference
 
 
