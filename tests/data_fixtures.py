@@ -1,0 +1,44 @@
+"""Helpers for the data tests: a tiny byte-level tokenizer and generated text corpora."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from roberta.tokenizer import BYTE_TO_CHAR
+
+WORDS = (
+    "the a of and to in is was for on that with as by at from it his an were are which this be "
+    "river city king music energy north history game team film album station village school "
+    "café naïve über Zürich 東京 日本語 Ελλάδα москва 😀 well-known 1998 3.14 don't"
+).split()
+
+
+def write_byte_tokenizer(directory: Path) -> Path:
+    """An HF byte-level BPE tokenizer (vocab.json + merges.txt): specials, the 256 bytes, a few merges."""
+    directory.mkdir(parents=True, exist_ok=True)
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("Ġ", "a"), ("i", "n")]
+    tokens = ["<s>", "<pad>", "</s>", "<unk>", *BYTE_TO_CHAR.values(), *(a + b for a, b in merges), "<mask>"]
+    (directory / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
+    (directory / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    return directory
+
+
+def make_documents(seed: int, count: int, long_every: int = 0) -> list[list[str]]:
+    """Documents of 1-8 sentences of 1-25 words; every `long_every`-th document has a 300-word sentence."""
+    rng = np.random.default_rng(seed)
+    documents = []
+    for d in range(count):
+        sentences = [" ".join(rng.choice(WORDS, rng.integers(1, 26))) for _ in range(rng.integers(1, 9))]
+        if long_every and d % long_every == 0:
+            sentences.append(" ".join(rng.choice(WORDS, 300)))
+        documents.append(sentences)
+    return documents
+
+
+def write_text(path: Path, documents: list[list[str]]) -> Path:
+    """Lines are sentences, a blank line ends a document (with some untidy whitespace kept in)."""
+    path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
+    return path
