@@ -1,5 +1,6 @@
 """Our checkpoint directory: exact round trip, tied weights stored once, atomic writes, strict loads."""
 
+import dataclasses
 import json
 
 import pytest
@@ -82,7 +83,8 @@ def _edit_weights(directory, edit) -> None:
 def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     checkpoint.save(tmp_path / "ckpt", micro_model())
     _edit_weights(tmp_path / "ckpt", lambda s: s.update({"layers.1.fc1.weight": torch.zeros(65, 32)}))
-    with pytest.raises(UserError, match=r"model.safetensors: key 'layers.1.fc1.weight' has shape \[65, 32\], the config expects \[64, 32\]"):
+    expected = r"model.safetensors: key 'layers.1.fc1.weight' has shape \[65, 32\], the config expects \[64, 32\]"
+    with pytest.raises(UserError, match=expected):
         checkpoint.load(tmp_path / "ckpt")
 
 
@@ -121,7 +123,7 @@ def test_nothing_is_copied_when_the_state_dict_does_not_fit():
 
 def test_tokenizer_travels_with_the_checkpoint(shared_data, tmp_path):
     tokenizer = load_tokenizer(shared_data / "gpt2_bpe")
-    model = RobertaModel(RobertaConfig(vocab_size=50265, hidden_size=32, num_layers=1, num_heads=4, ffn_size=64, max_positions=34))
+    model = RobertaModel(dataclasses.replace(MICRO, vocab_size=50265))
     checkpoint.save(tmp_path / "ckpt", model, tokenizer)
     _, loaded = checkpoint.load(tmp_path / "ckpt")
     assert loaded.fingerprint() == tokenizer.fingerprint()

@@ -1,6 +1,7 @@
 """HF and fairseq import/export, safe unpickling, and the checked `roberta convert` verb."""
 
 import argparse
+import dataclasses
 import os
 import pickle
 import sys
@@ -16,6 +17,8 @@ from roberta.tokenizer import load_tokenizer
 from test_model import hf_config, padded_batch, random_hf
 
 MICRO = RobertaConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
+# Narrow, one layer, with the real 50265-id vocabulary: for tests that need a real tokenizer.
+FULL_VOCAB = RobertaConfig(vocab_size=50265, hidden_size=32, num_layers=1, num_heads=4, ffn_size=64, max_positions=66)
 SMALL_HF = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128)
 
 
@@ -68,11 +71,31 @@ def test_hf_bare_encoder_imports_without_lm_head_or_pooler(tmp_path):
     assert (got - expected).abs().max() <= 1e-5
 
 
+def test_hf_pytorch_model_bin_with_tied_copies_imports(tmp_path):
+    """The older layout: a pickled state dict that repeats the tied decoder weight and bias."""
+    hf = random_hf(transformers.RobertaForMaskedLM, hf_config(SMALL_HF))
+    hf.config.save_pretrained(tmp_path)
+    state = dict(hf.state_dict())
+    state["lm_head.decoder.weight"] = state["roberta.embeddings.word_embeddings.weight"]
+    state["lm_head.decoder.bias"] = state["lm_head.bias"]
+    state["roberta.embeddings.position_ids"] = torch.arange(514)[None]
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    tokens = padded_batch(1000)
+    with torch.no_grad():
+        expected = hf(input_ids=tokens, attention_mask=tokens.ne(1).long()).logits
+        model = read_hf(tmp_path)[0]
+        assert (model.lm_logits(model(tokens).last_hidden_state) - expected).abs().max() <= 1e-5
+    state["lm_head.decoder.weight"] = state["lm_head.decoder.weight"] + 1
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    with pytest.raises(UserError, match="'lm_head.decoder.weight' differs from its tied tensor"):
+        read_hf(tmp_path)
+
+
 def test_hf_export_fill_mask_pipeline_runs_offline(shared_data, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tokenizer = load_tokenizer(shared_data / "roberta_base_tokenizer")
     torch.manual_seed(0)
-    model = RobertaModel(RobertaConfig(vocab_size=50265, hidden_size=32, num_layers=1, num_heads=4, ffn_size=64, max_positions=66))
+    model = RobertaModel(FULL_VOCAB)
     export_hf(tmp_path / "hf", model, tokenizer)
     fill = transformers.pipeline("fill-mask", model=str(tmp_path / "hf"), tokenizer=str(tmp_path / "hf"))
     results = fill("Hello <mask> world!", top_k=3)
@@ -96,7 +119,8 @@ def random_fairseq_state(config: RobertaConfig, heads: dict[str, int], prefix="e
     s = prefix + "sentence_encoder."
 
     def linear(name, out, inp):
-        return {f"{name}.weight": torch.randn(out, inp, generator=g) * 0.1, f"{name}.bias": torch.randn(out, generator=g) * 0.1}
+        return {f"{name}.weight": torch.randn(out, inp, generator=g) * 0.1,
+                f"{name}.bias": torch.randn(out, generator=g) * 0.1}
 
     state = {s + "embed_tokens.weight": torch.randn(v, h, generator=g) * 0.1,
              s + "embed_positions.weight": torch.randn(config.max_positions, h, generator=g) * 0.1}
@@ -107,7 +131,8 @@ def random_fairseq_state(config: RobertaConfig, heads: dict[str, int], prefix="e
                                ("self_attn.out_proj", h, h), ("fc1", f, h), ("fc2", h, f)):
             state |= linear(layer + name, out, inp)
         for norm in ("self_attn_layer_norm", "final_layer_norm"):
-            state |= {f"{layer}{norm}.weight": 1 + torch.randn(h, generator=g) * 0.1, f"{layer}{norm}.bias": torch.randn(h, generator=g) * 0.1}
+            state |= {f"{layer}{norm}.weight": 1 + torch.randn(h, generator=g) * 0.1,
+                      f"{layer}{norm}.bias": torch.randn(h, generator=g) * 0.1}
     state |= linear(prefix + "lm_head.dense", h, h)
     state |= {prefix + "lm_head.layer_norm.weight": 1 + torch.randn(h, generator=g) * 0.1,
               prefix + "lm_head.layer_norm.bias": torch.randn(h, generator=g) * 0.1,
@@ -173,7 +198,8 @@ def test_fairseq_import_matches_hand_mapped_weights(prefix, tmp_path):
                            classifier_dropout=0.0)
     state = random_fairseq_state(config, HEADS, prefix)
     state["encoder.sentence_encoder.version" if prefix == "encoder." else "decoder.version"] = torch.tensor([2.0])
-    torch.save({"args": fairseq_args(config), "model": state, "optimizer_history": [], "extra_state": {}}, tmp_path / "model.pt")
+    ckpt = {"args": fairseq_args(config), "model": state, "optimizer_history": [], "extra_state": {}}
+    torch.save(ckpt, tmp_path / "model.pt")
 
     model, tokenizer = read_fairseq(tmp_path / "model.pt")
     assert tokenizer is None and model.config == config and sorted(model.heads) == sorted(HEADS)
@@ -189,12 +215,14 @@ def test_fairseq_older_names_in_proj_and_layernorm_embedding(tmp_path):
     s = "encoder.sentence_encoder."
     for i in range(MICRO.num_layers):
         for part in ("weight", "bias"):
-            state[f"{s}layers.{i}.self_attn.in_proj_{part}"] = torch.cat([state.pop(f"{s}layers.{i}.self_attn.{x}_proj.{part}") for x in "qkv"])
+            qkv = [state.pop(f"{s}layers.{i}.self_attn.{x}_proj.{part}") for x in "qkv"]
+            state[f"{s}layers.{i}.self_attn.in_proj_{part}"] = torch.cat(qkv)
     for part in ("weight", "bias"):
         state[f"{s}layernorm_embedding.{part}"] = state.pop(f"{s}emb_layer_norm.{part}")
     torch.save({"args": fairseq_args(MICRO), "model": state}, tmp_path / "model.pt")
     tokens = padded_batch(60)
-    assert all(torch.equal(a, b) for a, b in zip(all_outputs(read_fairseq(tmp_path)[0], tokens), all_outputs(expected, tokens), strict=True))
+    got = all_outputs(read_fairseq(tmp_path)[0], tokens)
+    assert all(torch.equal(a, b) for a, b in zip(got, all_outputs(expected, tokens), strict=True))
 
 
 def test_fairseq_export_then_import_is_bitwise_exact(tmp_path):
@@ -214,7 +242,7 @@ def test_fairseq_export_then_import_is_bitwise_exact(tmp_path):
 
 def test_fairseq_export_with_hf_tokenizer_keeps_ids(shared_data, tmp_path):
     tokenizer = load_tokenizer(shared_data / "roberta_base_tokenizer")
-    model = RobertaModel(RobertaConfig(vocab_size=50265, hidden_size=32, num_layers=1, num_heads=4, ffn_size=64, max_positions=34))
+    model = RobertaModel(FULL_VOCAB)
     export_fairseq(tmp_path / "fs", model, tokenizer)
     assert sorted(os.listdir(tmp_path / "fs")) == ["dict.txt", "encoder.json", "model.pt", "vocab.bpe"]
     _, back = load_any(tmp_path / "fs" / "model.pt")
@@ -228,7 +256,9 @@ def test_fairseq_cfg_pickled_as_omegaconf_is_read_without_omegaconf(tmp_path, mo
     (class names and __getstate__ layout of omegaconf 2.x) with stand-in modules, save it, and
     read it back with those modules gone: hyperparameters must come out of it."""
     fake = {"omegaconf": types.ModuleType("omegaconf")}
-    for module, names in {"omegaconf.dictconfig": ["DictConfig"], "omegaconf.nodes": ["AnyNode"], "omegaconf.base": ["ContainerMetadata", "Metadata"]}.items():
+    classes = {"omegaconf.dictconfig": ["DictConfig"], "omegaconf.nodes": ["AnyNode"],
+               "omegaconf.base": ["ContainerMetadata", "Metadata"]}
+    for module, names in classes.items():
         fake[module] = types.ModuleType(module)
         for name in names:
             cls = type(name, (), {"__module__": module, "__getstate__": lambda self: self.__dict__})
@@ -249,7 +279,7 @@ def test_fairseq_cfg_pickled_as_omegaconf_is_read_without_omegaconf(tmp_path, mo
         d.__dict__.update(_metadata=meta, _parent=None, _content=content)
         return d
 
-    config = RobertaConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_positions=34, dropout=0.2)
+    config = dataclasses.replace(MICRO, num_heads=2, dropout=0.2)
     hyper = {"_name": node("roberta"), "encoder_attention_heads": node(2), "dropout": node(0.2), "encoder_layers": node(2)}
     cfg = container({"model": container(hyper), "task": container({"_name": node("masked_lm")})})
     torch.save({"args": None, "cfg": cfg, "model": random_fairseq_state(config, {})}, tmp_path / "model.pt")
@@ -279,7 +309,8 @@ def test_pickled_code_payload_is_refused_and_never_runs(layout, tmp_path, capsys
         torch.save({"args": Payload(marker), "model": random_fairseq_state(MICRO, {})}, src / "model.pt")
     else:
         hf_config(SMALL_HF).save_pretrained(src)
-        torch.save({"roberta.embeddings.word_embeddings.weight": torch.zeros(2, 2), "evil": Payload(marker)}, src / "pytorch_model.bin")
+        state = {"roberta.embeddings.word_embeddings.weight": torch.zeros(2, 2), "evil": Payload(marker)}
+        torch.save(state, src / "pytorch_model.bin")
     with pytest.raises(UserError, match="refused to unpickle .*posix.system"):
         load_any(src)
     assert cli.main(["convert", str(src), str(tmp_path / "out")]) == 2
@@ -295,7 +326,8 @@ def test_fairseq_shape_mismatch_names_key_and_both_shapes(tmp_path):
     state = random_fairseq_state(MICRO, {})
     state["encoder.sentence_encoder.layers.1.fc2.weight"] = torch.zeros(32, 65)
     torch.save({"args": fairseq_args(MICRO), "model": state}, tmp_path / "model.pt")
-    with pytest.raises(UserError, match=r"key 'encoder.sentence_encoder.layers.1.fc2.weight' has shape \[32, 65\], expected \[32, 64\]"):
+    expected = r"key 'encoder.sentence_encoder.layers.1.fc2.weight' has shape \[32, 65\], expected \[32, 64\]"
+    with pytest.raises(UserError, match=expected):
         read_fairseq(tmp_path / "model.pt")
 
 
