@@ -78,14 +78,31 @@ def head_shapes(model: RobertaModel) -> dict[str, dict[str, int]]:
     return shapes
 
 
-def build_model(config: RobertaConfig, heads: dict[str, dict[str, int]]) -> RobertaModel:
-    """A model of the given shape; initialised from a fixed seed so that any weight a foreign
-    checkpoint lacks (an HF classifier-only export has no LM head) is reproducible."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = RobertaModel(config)
-        for name, shape in heads.items():
-            model.add_classification_head(name, shape["num_classes"], shape["inner_dim"])
+def build_model(
+    config: RobertaConfig, heads: dict[str, dict[str, int]], device: str | torch.device = "cpu", initialise: bool = False
+) -> RobertaModel:
+    """A model of the given shape on `device`, its weights left uninitialised for a checkpoint to fill.
+
+    With `initialise`, weights are drawn from a fixed seed instead, so that any weight a foreign
+    checkpoint lacks (an HF classifier-only export has no LM head) is reproducible.
+    """
+    if initialise:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = _with_heads(RobertaModel(config), heads)
+        return model.to(device)
+    # Random initialisation of a base model takes seconds and every value would be overwritten.
+    with torch.device("meta"):
+        model = _with_heads(RobertaModel(config), heads)
+    model.to_empty(device=device)
+    # to_empty gives every module its own storage, which unties the LM projection: tie it again.
+    model.lm_head.weight = model.embed_tokens.weight
+    return model
+
+
+def _with_heads(model: RobertaModel, heads: dict[str, dict[str, int]]) -> RobertaModel:
+    for name, shape in heads.items():
+        model.add_classification_head(name, shape["num_classes"], shape["inner_dim"])
     return model
 
 
@@ -198,7 +215,7 @@ def load(
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
     state = read_safetensors(directory / WEIGHTS_FILE, map_location)
-    model = build_model(config, heads).to(map_location)
+    model = build_model(config, heads, map_location)
     load_weights(model, state, str(directory / WEIGHTS_FILE))
     return model.eval(), tokenizer
 

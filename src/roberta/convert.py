@@ -193,7 +193,7 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
     tokenizer = checkpoint.load_tokenizer_if_present(directory)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
-    model = build_model(config, heads).to(map_location)
+    model = build_model(config, heads, map_location, initialise=not has_lm_head)
     expected = model.state_dict()
 
     source = str(weights)
@@ -481,7 +481,7 @@ def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> 
     tokenizer = checkpoint.load_tokenizer_if_present(path.parent)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(path.parent))
-    model = build_model(config, heads).to(map_location)
+    model = build_model(config, heads, map_location)
     ours = take(state, fairseq_names(num_layers, heads, prefix), model.state_dict(), source)
     if prefix + "lm_head.weight" not in state:
         raise UserError(f"{source}: missing key {prefix + 'lm_head.weight'!r}")
