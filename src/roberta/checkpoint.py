@@ -115,9 +115,9 @@ def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: st
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing:
-        raise UserError(f"{source}: missing key(s) {_few(missing)}")
+        raise UserError(f"{source}: missing key(s) {describe_keys(missing)}")
     if unexpected:
-        raise UserError(f"{source}: unexpected key(s) {_few(unexpected)}")
+        raise UserError(f"{source}: unexpected key(s) {describe_keys(unexpected)}")
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
             raise UserError(
@@ -230,6 +230,6 @@ def load_tokenizer_if_present(directory: Path):
     return load_tokenizer(directory)
 
 
-def _few(keys: list[str], shown: int = 5) -> str:
+def describe_keys(keys: list[str], shown: int = 5) -> str:
     more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
     return ", ".join(repr(k) for k in keys[:shown]) + more

@@ -124,7 +124,7 @@ def give(state: dict[str, torch.Tensor], pairs: Pairs) -> dict[str, torch.Tensor
 
 def _refuse_leftovers(state: dict, source: str) -> None:
     if state:
-        raise UserError(f"{source}: unexpected key(s) {checkpoint._few(sorted(state))}")
+        raise UserError(f"{source}: unexpected key(s) {checkpoint.describe_keys(sorted(state))}")
 
 
 def _same_tensor(state: dict, key: str, other: torch.Tensor, source: str, why: str) -> None:
@@ -398,8 +398,10 @@ def load_pickle(path: Path, map_location: str | torch.device = "cpu") -> dict:
 def _plain(value: object) -> object:
     """omegaconf stubs → plain dicts, lists and values."""
     if isinstance(value, _PickledState):
-        state = value.state
-        return _plain(state["_content"] if "_content" in state else state["_val"])
+        state = getattr(value, "state", None)
+        if not isinstance(state, dict):
+            return None
+        return _plain(state["_content"] if "_content" in state else state.get("_val"))
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
