@@ -49,10 +49,8 @@ class Encoded:
 class ChunkEncoder:
     """Turns a chunk into token ids; one per worker process."""
 
-    def __init__(self, tokenizer_dir: str, options: InputOptions):
-        from roberta.tokenizer import load_tokenizer
-
-        self.tokenizer = load_tokenizer(tokenizer_dir)
+    def __init__(self, tokenizer, options: InputOptions):
+        self.tokenizer = tokenizer
         self.options = options
         self.dtype = layout.token_dtype(self.tokenizer.vocab_size)
         newline = self.tokenizer.tokenize_ids("\n")
@@ -86,9 +84,14 @@ class ChunkEncoder:
 _encoder: ChunkEncoder | None = None
 
 
-def _init_worker(tokenizer_dir: str, options: InputOptions) -> None:
+def _init_worker(encoder: ChunkEncoder | None, tokenizer_dir: str, options: InputOptions) -> None:
+    """A forked worker inherits the parent's encoder; a spawned one loads the tokenizer itself."""
     global _encoder
-    _encoder = ChunkEncoder(tokenizer_dir, options)
+    if encoder is None:
+        from roberta.tokenizer import load_tokenizer
+
+        encoder = ChunkEncoder(load_tokenizer(tokenizer_dir), options)
+    _encoder = encoder
 
 
 def _encode_in_worker(chunk: Chunk) -> Encoded:
@@ -220,7 +223,7 @@ def prepare(
     partial = out_dir.with_name(out_dir.name + ".partial")
     state = _resume_or_start(partial, params, [p.stat().st_mtime_ns for p in files])
     try:
-        _run(files, str(tokenizer_dir), options, params, partial, state, workers, progress)
+        _run(files, str(tokenizer_dir), ChunkEncoder(tokenizer, options), params, partial, state, workers, progress)
         _finish(partial, params, state, tokenizer)
     except UserError:
         shutil.rmtree(partial, ignore_errors=True)
@@ -271,15 +274,15 @@ def _remove_unfinished_shards(partial: Path, finished: int) -> None:
 
 
 def _run(
-    files: list[Path], tokenizer_dir: str, options: InputOptions, params: dict, partial: Path,
+    files: list[Path], tokenizer_dir: str, encoder: ChunkEncoder, params: dict, partial: Path,
     state: Progress, workers: int, progress: bool,
 ) -> None:
     opts = params["options"]
-    chunks = iter_chunks(files, opts["chunk_bytes"], options, state.next_position, state.next_chunk)
+    chunks = iter_chunks(files, opts["chunk_bytes"], encoder.options, state.next_position, state.next_chunk)
     total = None if any(p.name.endswith(".gz") for p in files) else sum(p.stat().st_size for p in files)
     shard = _ShardInProgress(partial, len(state.shards))
     # The bar starts after the workers: its monitor thread must not exist when they fork.
-    with _encoded_in_order(chunks, tokenizer_dir, options, workers) as results, tqdm(
+    with _encoded_in_order(chunks, encoder, tokenizer_dir, workers) as results, tqdm(
         total=total, initial=state.input_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress
     ) as bar:
         for chunk, encoded in results:
@@ -321,19 +324,20 @@ class _ShardInProgress:
 class _encoded_in_order:
     """Context manager yielding (chunk, Encoded) in chunk order, encoded by `workers` processes."""
 
-    def __init__(self, chunks, tokenizer_dir: str, options: InputOptions, workers: int):
-        self.chunks, self.tokenizer_dir, self.options, self.workers = chunks, tokenizer_dir, options, workers
+    def __init__(self, chunks, encoder: ChunkEncoder, tokenizer_dir: str, workers: int):
+        self.chunks, self.encoder, self.tokenizer_dir, self.workers = chunks, encoder, tokenizer_dir, workers
         self.pool = None
 
     def __enter__(self):
         if self.workers == 1:
-            encoder = ChunkEncoder(self.tokenizer_dir, self.options)
-            return ((chunk, encoder(chunk)) for chunk in self.chunks)
-        # fork where the platform has it: workers start at once and need no `if __name__ == "__main__"`
-        # guard in the caller's script; they use neither torch nor the parent's threads.
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        context = multiprocessing.get_context(method)
-        self.pool = context.Pool(self.workers, initializer=_init_worker, initargs=(self.tokenizer_dir, self.options))
+            return ((chunk, self.encoder(chunk)) for chunk in self.chunks)
+        # fork where the platform has it: workers start at once with the parent's tokenizer and need
+        # no `if __name__ == "__main__"` guard in the caller's script; they use neither torch nor
+        # the parent's threads.
+        fork = "fork" in multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if fork else "spawn")
+        initargs = (self.encoder if fork else None, self.tokenizer_dir, self.encoder.options)
+        self.pool = context.Pool(self.workers, initializer=_init_worker, initargs=initargs)
         return self._ordered()
 
     def _ordered(self):
