@@ -102,6 +102,10 @@ def _train_tokenizer(subparsers) -> None:
     p.add_argument("--vocab-size", type=int, required=True, help="number of ids, specials included")
     p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
     p.add_argument("--text-field", default="text", help="text field of .jsonl records (default text)")
+    p.add_argument(
+        "--errors", choices=["strict", "replace"], default="strict",
+        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(args: argparse.Namespace) -> None:
@@ -109,7 +113,7 @@ def _train_tokenizer(subparsers) -> None:
 
         tokenizer = train_tokenizer(
             args.files, args.out, args.vocab_size, args.min_frequency,
-            text_field=args.text_field, progress=not args.no_progress,
+            text_field=args.text_field, errors=args.errors, progress=not args.no_progress,
         )
         print(f"{args.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
 
