@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 
-from roberta import RobertaConfig, RobertaModel, UserError, cli
+from roberta import RobertaConfig, RobertaModel, UserError, checkpoint, cli
 from roberta.convert import convert, export_fairseq, export_hf, load_any, read_fairseq, read_hf
 from roberta.tokenizer import load_tokenizer
 from test_model import hf_config, padded_batch, random_hf
@@ -107,6 +107,22 @@ def test_hf_export_fill_mask_pipeline_runs_offline(shared_data, tmp_path, monkey
     with torch.no_grad():
         ours = model.eval().lm_logits(model(ids).last_hidden_state)[0, 2]
     assert results[0]["token"] == ours.argmax().item()
+
+
+def test_hf_export_with_wordpiece_tokenizer_and_padding_id_0(tmp_path, monkeypatch, capsys):
+    """RoBERTa-shaped models trained with BERT's WordPiece pad with id 0; positions start at 1."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "wp").mkdir()
+    (tmp_path / "wp" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n!\n##s\nthe\n")
+    tokenizer = load_tokenizer(tmp_path / "wp")
+    torch.manual_seed(0)
+    model = RobertaModel(dataclasses.replace(MICRO, vocab_size=10, padding_idx=0))
+    checkpoint.save(tmp_path / "ours", model, tokenizer)
+    assert convert(tmp_path / "ours", tmp_path / "hf", to="hf") <= 1e-5
+    assert "read back by transformers" in capsys.readouterr().out
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert type(hf_tokenizer).__name__ == "BertTokenizer"
+    assert hf_tokenizer("hello worlds!")["input_ids"] == tokenizer.encode("hello worlds!") == [2, 5, 6, 8, 7, 3]
 
 
 # --- fairseq ----------------------------------------------------------------------------------
