@@ -6,12 +6,15 @@ text: a literal "<mask>" or "[CLS]" inside a string is tokenized as characters, 
 does; special ids come only from `encode`'s layout.
 
 Two engines. `tokenizers` (HF, Rust) is the reference: it handles WordPiece and offsets.
-For byte-level BPE, `tiktoken` encodes the same merges 3-5x faster; its ranks are mapped
-to model ids with a numpy lookup array. tiktoken ranks *tokens*, while BPE ranks *merge
-pairs*; the two agree when every merged token is made by exactly one merge, which
-`_tiktoken_ranks` checks before the fast engine is used (the `tokenizers` trainer reuses
-the id of an existing string when a later merge produces it again, so a trained vocabulary
-could break that; then the `tokenizers` engine is used for everything).
+For byte-level BPE, `tiktoken` encodes the same merges with about a third of the CPU time
+(measured here on the books+wiki corpus); its ranks are mapped to model ids with a numpy
+lookup array. tiktoken ranks *tokens*, BPE ranks *merge pairs*: a token made by two merges
+would get the first merge's priority for both in tiktoken and encode differently. The
+`tokenizers` trainer can produce such a vocabulary (a merge whose result already exists
+reuses that token's id), so `_tiktoken_ranks` refuses one and the `tokenizers` engine is
+used for everything. Beyond that rule, equality is checked, not proven: on all 79 MB of the
+corpus for GPT-2, and on held-out text and random Unicode for a trained vocabulary
+(tests/test_tokenizer.py).
 """
 
 from __future__ import annotations
