@@ -140,6 +140,10 @@ def test_word_start_marks_first_pieces(gpt2):
     assert gpt2.word_start(ids).tolist() == [True, True, True, False, False, True, False, True, True, True, True]
     assert gpt2.word_start(np.array(ids[3:6])).tolist() == [True, False, True]
     assert gpt2.word_start([]).tolist() == []
+    batch = np.array([ids[:5], ids[5:10]])
+    assert gpt2.word_start(batch).tolist() == [gpt2.word_start(ids[:5]).tolist(), gpt2.word_start(ids[5:10]).tolist()]
+    table = gpt2.word_start_table
+    assert table.shape == (50265,) and table[[0, 2, 232, 50263, 50264]].all() and not table[[31414, 328]].any()
 
 
 def test_offsets_point_into_the_text(gpt2):

@@ -369,13 +369,20 @@ class Tokenizer:
 
     def word_start(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """True where a token starts a word: a special token, the first token, a token after a special
-        token, a byte-level token with a leading space ('Ġ...'), a WordPiece token without '##'."""
+        token, a byte-level token with a leading space ('Ġ...'), a WordPiece token without '##'.
+        `ids` may be a batch: sequences run along the last axis."""
         ids = np.asarray(ids, dtype=np.int64)
         starts = self._word_start[ids]
-        if len(ids):
-            starts[0] = True
-            starts[1:] |= self._special[ids[:-1]]
+        if ids.shape[-1:] != (0,):
+            starts[..., 0] = True
+            starts[..., 1:] |= self._special[ids[..., :-1]]
         return starts
+
+    @property
+    def word_start_table(self) -> np.ndarray:
+        """bool[vocab_size]: whether each id starts a word by itself (specials and literal symbols
+        included), without the positional rules of `word_start`."""
+        return self._word_start.copy()
 
     # ---- encoding
 
