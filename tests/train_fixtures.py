@@ -51,10 +51,10 @@ _VOCAB = MaskVocab(mask_id=MASK, special_ids=(BOS, PAD, EOS, 3, MASK), vocab_siz
 
 def sequence(seed: int, g: int, nsp: bool) -> tuple[np.ndarray, np.ndarray, int]:
     rng = np.random.default_rng([seed, g])
-    # A learnable pattern (arithmetic progressions) so losses fall, with some padding.
+    # A learnable pattern (arithmetic progressions over 40 ids) so losses fall, with some padding.
     length = int(rng.integers(SEQ // 2, SEQ - 1))
-    start, stride = rng.integers(4, VOCAB - 1), rng.integers(1, 5)
-    body = 4 + (start + stride * np.arange(length)) % (VOCAB - 5)
+    start, stride = rng.integers(0, 40), rng.integers(1, 5)
+    body = 4 + (start + stride * np.arange(length)) % 40
     tokens = np.concatenate([[BOS], body, [EOS]])
     inputs, labels = mask_tokens(tokens, masking_rng(seed, 0, g), MaskingConfig(), _VOCAB)
     pad = SEQ - len(tokens)

@@ -199,7 +199,9 @@ def _line_of(lines: list[str], key: str) -> int:
 
 
 def scaled(job: JobConfig) -> JobConfig:
-    """Apply train.scale: batch, steps and warmup shrink together so equal-compute recipes stay equal."""
+    """Apply train.scale: batch, steps and warmup shrink together, so the equal-compute recipes
+    of Table 3 stay (nearly) equal. The batch is then rounded to a multiple of the micro-batch
+    (or the micro-batch lowered to the batch) so that accumulation divides it."""
     s = job.train.scale
     if s <= 0:
         raise UserError(f"train.scale must be positive, got {s}")
@@ -209,8 +211,13 @@ def scaled(job: JobConfig) -> JobConfig:
     def shrink(n: int) -> int:
         return max(1, math.ceil(n * s))
 
+    batch, micro = shrink(job.train.batch_size), job.train.micro_batch_size
+    if batch <= micro:
+        micro = batch
+    else:
+        batch = max(1, round(batch / micro)) * micro
     train = dataclasses.replace(
-        job.train, batch_size=shrink(job.train.batch_size), max_steps=shrink(job.train.max_steps), scale=1.0
+        job.train, batch_size=batch, micro_batch_size=micro, max_steps=shrink(job.train.max_steps), scale=1.0
     )
     schedule = dataclasses.replace(job.schedule, warmup_steps=shrink(job.schedule.warmup_steps))
     return dataclasses.replace(job, train=train, schedule=schedule)

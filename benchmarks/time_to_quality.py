@@ -1,0 +1,244 @@
+"""Time to quality: our tiny model against HF transformers' RobertaForMaskedLM, same everything else.
+
+Both models pretrain on the books + wiki corpus (a byte-level BPE of 8K trained on it, held-out
+documents for validation) with the same recipe: tiny shape (4 x 512, FFN 2048), the same
+batches and masks (our loader, one seed), the same AdamW and learning-rate schedule, the same
+training-time budget. The host is shared and noisy, so the two runs alternate in slices of
+`--slice` seconds and both see the same load. After every slice each is evaluated on the same
+held-out sequences (evaluation time is not charged to the budget): masked-token loss and accuracy.
+
+The difference is the model code: ours scores the vocabulary only at masked positions (HF
+scores every position), runs one fused QKV matrix product and no padding mask when there is
+no padding.
+
+    .venv/bin/python benchmarks/time_to_quality.py --minutes 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from roberta.config import RobertaConfig
+from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
+from roberta.data.masking import IGNORE_INDEX
+from roberta.model import RobertaModel
+from roberta.train.config import OptimSection, ScheduleSection
+from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULE_UNITS = 10_000  # the budget's time is cut into this many schedule "steps"
+
+
+@dataclass
+class Contender:
+    name: str
+    model: torch.nn.Module
+    loss: callable  # (model, batch) -> mean masked-LM loss
+    masked_logits: callable  # (model, batch) -> logits [N, V] at the masked positions
+    optimizer: torch.optim.Optimizer = None
+    batches: object = None
+    step: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    history: list[dict] = field(default_factory=list)
+
+
+def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
+    return F.cross_entropy(ours_logits(model, batch), batch["labels"][batch["labels"].ne(IGNORE_INDEX)])
+
+
+def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:
+    hidden = model(batch["input_ids"]).last_hidden_state
+    return model.lm_logits(hidden, batch["labels"].ne(IGNORE_INDEX))
+
+
+def hf_loss(model, batch: dict) -> torch.Tensor:
+    ids = batch["input_ids"]
+    return model(input_ids=ids, attention_mask=ids.ne(1).long(), labels=batch["labels"]).loss
+
+
+def hf_logits(model, batch: dict) -> torch.Tensor:
+    ids = batch["input_ids"]
+    logits = model(input_ids=ids, attention_mask=ids.ne(1).long()).logits
+    return logits[batch["labels"].ne(IGNORE_INDEX)]
+
+
+def hf_model(config: RobertaConfig):
+    from transformers import RobertaConfig as HFConfig
+    from transformers import RobertaForMaskedLM
+
+    hf = HFConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, intermediate_size=config.ffn_size,
+        max_position_embeddings=config.max_positions, pad_token_id=config.padding_idx, bos_token_id=0,
+        eos_token_id=2, type_vocab_size=1, layer_norm_eps=config.layer_norm_eps,
+        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.attention_dropout,
+        initializer_range=config.init_std, tie_word_embeddings=True,
+    )
+    model = RobertaForMaskedLM(hf)
+    assert model.config._attn_implementation == "sdpa"  # the same attention kernel as ours
+    return model
+
+
+@torch.no_grad()
+def evaluate(c: Contender, batches: list[dict]) -> tuple[float, float]:
+    c.model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    for batch in batches:
+        logits = c.masked_logits(c.model, batch).float()
+        targets = batch["labels"][batch["labels"].ne(IGNORE_INDEX)]
+        loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
+        correct += int((logits.argmax(-1) == targets).sum())
+        count += targets.numel()
+    c.model.train()
+    return loss_sum / count, correct / count
+
+
+def train_slice(c: Contender, seconds: float, budget: float, peak: float, schedule: ScheduleSection) -> None:
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds and c.seconds < budget:
+        t0 = time.perf_counter()
+        batch = next(c.batches)
+        progress = int(SCHEDULE_UNITS * c.seconds / budget)
+        set_learning_rate(c.optimizer, learning_rate(progress, peak, schedule, SCHEDULE_UNITS))
+        loss = c.loss(c.model, batch)
+        if not math.isfinite(loss.item()):
+            raise SystemExit(f"{c.name}: non-finite loss at step {c.step}")
+        loss.backward()
+        c.optimizer.step()
+        c.optimizer.zero_grad(set_to_none=True)
+        c.step += 1
+        c.tokens += int(batch["input_ids"].ne(1).sum())
+        c.seconds += time.perf_counter() - t0
+
+
+def ensure_data(corpus_text: Path, work: Path, vocab_size: int) -> Path:
+    from roberta.data.prepare import prepare
+    from roberta.tokenizer import train_tokenizer
+
+    tokenizer, corpus = work / f"tokenizer-{vocab_size // 1024}k", work / f"corpus-{vocab_size // 1024}k"
+    if not tokenizer.exists():
+        train_tokenizer([corpus_text], tokenizer, vocab_size)
+    if not corpus.exists():
+        prepare([corpus_text], tokenizer, corpus, workers=2)
+    return corpus
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    data_root = Path(os.environ.get("ROBERTA_DATA", ROOT.parent / "shared" / "data"))
+    p.add_argument("--minutes", type=float, default=20.0, help="training-time budget per model (default 20)")
+    p.add_argument("--slice", type=float, default=60.0, help="seconds each model trains before the other (default 60)")
+    p.add_argument("--corpus", type=Path, default=data_root / "corpus")
+    p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench", help="tokenizer + prepared corpus cache")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-fraction", type=float, default=0.06)
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "time_to_quality")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    corpus = ensure_data(args.corpus, args.work, 8192)
+    data = DataConfig(block_size=args.seq_len)
+    train_set = PretrainDataset(corpus, config=data, micro_batch=args.batch, seed=args.seed)
+    valid_set = PretrainDataset(corpus, split="valid", config=data, micro_batch=args.batch, seed=args.seed)
+    valid = [b for _, b in zip(range(args.eval_batches), PretrainLoader(valid_set, epochs=1))]
+
+    config = RobertaConfig.preset(
+        "tiny", vocab_size=train_set.specials.vocab_size, max_positions=args.seq_len + 2
+    )
+    torch.manual_seed(args.seed)
+    ours = Contender("ours", RobertaModel(config), ours_loss, ours_logits)
+    torch.manual_seed(args.seed)
+    hf = Contender("HF transformers", hf_model(config), hf_loss, hf_logits)
+    optim = OptimSection(lr=args.lr)
+    for c in (ours, hf):
+        c.model.train()
+        c.optimizer = build_optimizer(c.model, optim)
+
+    # The schedule runs on training time, not steps: warmup over the first warmup_fraction of the
+    # budget, then linear decay to 0 at its end, for both. Whoever is faster takes more steps
+    # under the same learning-rate curve; no step count has to be guessed on a noisy host.
+    schedule = ScheduleSection(kind="linear", warmup_steps=round(args.warmup_fraction * SCHEDULE_UNITS))
+    for c in (ours, hf):
+        c.batches = iter(PretrainLoader(train_set))  # the same batches and masks, in the same order
+    budget = args.minutes * 60
+    started = time.time()
+    for c in (ours, hf):
+        loss, acc = evaluate(c, valid)
+        c.history.append({"seconds": 0.0, "step": 0, "tokens": 0, "loss": loss, "accuracy": acc})
+    while any(c.seconds < budget for c in (ours, hf)):
+        for c in (ours, hf):
+            if c.seconds >= budget:
+                continue
+            train_slice(c, args.slice, budget, args.lr, schedule)
+            loss, acc = evaluate(c, valid)
+            c.history.append({"seconds": c.seconds, "step": c.step, "tokens": c.tokens, "loss": loss, "accuracy": acc})
+            print(f"{c.name:>16}: {c.seconds / 60:5.1f} min, step {c.step:5d}, {c.tokens / c.seconds:6.0f} tok/s, "
+                  f"valid loss {loss:.3f}, masked-token accuracy {acc:.2%}", flush=True)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": "benchmarks/time_to_quality.py " + " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()),
+        "wall_minutes": (time.time() - started) / 60,
+        "warmup_fraction": args.warmup_fraction,
+        "valid_masked_tokens": sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in valid),
+        "unigram_baseline_accuracy": unigram_baseline(train_set, valid),
+        "runs": {c.name: c.history for c in (ours, hf)},
+    }
+    (args.out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out / "curves.png")
+    for c in (ours, hf):
+        last = c.history[-1]
+        print(f"{c.name}: {last['step']} steps, {last['tokens']} tokens in {last['seconds'] / 60:.1f} min, "
+              f"valid loss {last['loss']:.3f}, accuracy {last['accuracy']:.2%}")
+    print(f"unigram baseline accuracy {result['unigram_baseline_accuracy']:.2%}; written {args.out}")
+
+
+def unigram_baseline(train_set: PretrainDataset, valid: list[dict]) -> float:
+    """Accuracy of always predicting the most frequent training token: what 'learned nothing' scores."""
+    import numpy as np
+
+    sample = train_set.split.tokens(0, min(train_set.split.num_tokens, 2_000_000))
+    top = int(np.bincount(np.asarray(sample, dtype=np.int64)).argmax())
+    targets = torch.cat([b["labels"][b["labels"].ne(IGNORE_INDEX)] for b in valid])
+    return float((targets == top).float().mean())
+
+
+def plot(result: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name, rows in result["runs"].items():
+        minutes = [r["seconds"] / 60 for r in rows]
+        axes[0].plot(minutes, [r["loss"] for r in rows], marker="o", markersize=3, label=name)
+        axes[1].plot(minutes, [100 * r["accuracy"] for r in rows], marker="o", markersize=3, label=name)
+    axes[1].axhline(100 * result["unigram_baseline_accuracy"], color="grey", linestyle=":", label="unigram baseline")
+    axes[0].set(title="held-out masked-LM loss", xlabel="training minutes (2-core CPU)", ylabel="nats")
+    axes[1].set(title="held-out masked-token accuracy", xlabel="training minutes (2-core CPU)", ylabel="%")
+    for ax in axes:
+        ax.legend()
+    fig.subplots_adjust(wspace=0.3, bottom=0.15)
+    tmp = out.with_name(out.name + ".tmp")
+    fig.savefig(tmp, format="png", dpi=90)
+    os.replace(tmp, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""`roberta pretrain` end to end on a small prepared corpus: outputs, resume, init-from, NSP, errors."""
+
+import json
+import random
+
+import pytest
+
+from roberta import checkpoint
+from roberta.cli import main
+from roberta.data.prepare import prepare
+from roberta.tokenizer import train_tokenizer
+
+WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
+MICRO = [
+    "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
+    "--model.ffn_size=128", "--data.seq_len=32", "--train.batch_size=8", "--train.micro_batch_size=4",
+    "--train.log_every=1", "--train.eval_every=3", "--train.eval_batches=2", "--train.checkpoint_every=3",
+    "--train.device=cpu", "--train.peak_tflops=0.1", "--schedule.warmup_steps=2", "--optim.lr=1e-3",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    docs = [
+        "\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
+                  for _ in range(rng.randint(3, 8)))
+        for _ in range(120)
+    ]
+    text = root / "text.txt"
+    text.write_text("\n\n".join(docs) + "\n")
+    train_tokenizer([text], root / "tokenizer", vocab_size=300, progress=False)
+    prepare([text], root / "tokenizer", root / "corpus", workers=1, valid_fraction=0.1, progress=False)
+    return root
+
+
+def pretrain(corpus, out, *extra) -> int:
+    return main(["pretrain", "--data", str(corpus / "corpus"), "--tokenizer", str(corpus / "tokenizer"),
+                 "--out", str(out), *MICRO, *extra])
+
+
+def test_pretrain_resume_and_init_from(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert pretrain(corpus, run, "--train.max_steps=3") == 0
+    first = checkpoint.load(run / "checkpoints" / "step-00000003")
+    assert first[1] is not None and first[1].vocab_size == 300  # the tokenizer travels with it
+    assert "checkpoint:" in capsys.readouterr().out
+
+    # --resume continues the same run to a longer schedule's end.
+    assert pretrain(corpus, run, "--train.max_steps=6", "--resume") == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 3, 4, 5, 6, 6]  # train + valid rows, none repeated
+    assert json.loads((run / "job.json").read_text())["job"]["train"]["max_steps"] == 6
+
+    # --init-from starts a new run from those weights, not from a random initialisation.
+    other = tmp_path / "continued"
+    assert pretrain(corpus, other, "--train.max_steps=1", "--init-from", str(run / "checkpoints" / "step-00000006")) == 0
+    records = [json.loads(line) for line in (other / "metrics.jsonl").read_text().splitlines()]
+    fresh = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["loss"] < fresh[0]["loss"] - 0.2
+
+
+def test_pair_format_trains_an_nsp_head(corpus, tmp_path):
+    run = tmp_path / "nsp"
+    assert pretrain(corpus, run, "--train.max_steps=3", "--data.format=segment-pair") == 0
+    valid = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
+    assert {"nsp_loss", "nsp_accuracy"} <= valid[-1].keys()
+    model, _ = checkpoint.load(run / "checkpoints" / "step-00000003")
+    assert model.heads["nsp"].out_proj.out_features == 2
+
+
+def test_pretrain_errors_are_one_line_user_errors(corpus, tmp_path, capsys):
+    assert pretrain(corpus, tmp_path / "a", "--train.max_stepz=3") == 2
+    assert "train.max_stepz" in capsys.readouterr().err
+    assert pretrain(corpus, tmp_path / "b", "--resume") == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "c")]) == 2
+    assert "missing" in capsys.readouterr().err
