@@ -7,7 +7,8 @@ import pytest
 import torch
 from data_fixtures import make_documents, write_byte_tokenizer, write_text
 
-from roberta.data import Corpus, prepare
+from roberta.data import Corpus
+from roberta.data.prepare import prepare
 from roberta.data.loader import DataConfig, build_loader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 

@@ -9,8 +9,8 @@ import pytest
 from data_fixtures import make_documents, write_byte_tokenizer, write_text
 
 from roberta.cli import main
-from roberta.data import Corpus, check_tokenizer, prepare
-from roberta.data.prepare import ChunkEncoder, held_out, word_start_table
+from roberta.data import Corpus, check_tokenizer
+from roberta.data.prepare import ChunkEncoder, held_out, prepare, word_start_table
 from roberta.errors import UserError
 from roberta.tokenizer import load_tokenizer
 

@@ -1,8 +1,10 @@
-"""Pretraining data: prepare (text → binarized corpus), corpus reading, packing, masking, loading."""
+"""Pretraining data: prepare (text → binarized corpus), corpus reading, packing, masking, loading.
+
+`prepare` lives in `roberta.data.prepare` (imported from there, it does not shadow the module).
+"""
 
 from roberta.data.corpus import Corpus, check_tokenizer
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig, MaskVocab, mask_tokens, masking_rng
-from roberta.data.prepare import prepare
 
 __all__ = [
     "IGNORE_INDEX",
@@ -12,5 +14,4 @@ __all__ = [
     "check_tokenizer",
     "mask_tokens",
     "masking_rng",
-    "prepare",
 ]

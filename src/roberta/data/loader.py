@@ -1,6 +1,6 @@
 """Batches of masked sequences for the trainer, from a prepared corpus directory.
 
-    from roberta.data import DataConfig, build_loader
+    from roberta.data.loader import DataConfig, build_loader
     loader = build_loader("corpus/", config=DataConfig(), micro_batch=16, seed=0,
                           rank=rank, world_size=world_size, start_step=saved["step"])
     for batch in loader:           # endless: epoch after epoch (pass epochs=1 for one pass)
