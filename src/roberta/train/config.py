@@ -166,6 +166,9 @@ def _set(job: JobConfig, key: str, value, where: str) -> JobConfig:
     return dataclasses.replace(job, **{section_name: dataclasses.replace(section, **{name: value})})
 
 
+_UnionType = type(int | None)
+
+
 def _coerce(value, hint, key: str, where: str):
     """Check a TOML value against a field's type; ints pass as floats, arrays as tuples."""
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
@@ -187,8 +190,6 @@ def _coerce(value, hint, key: str, where: str):
     wanted = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
     raise UserError(f"{where}: {key} expects {wanted}, got {value!r}")
 
-
-_UnionType = type(int | None)
 
 
 def _line_of(lines: list[str], key: str) -> int:

@@ -153,7 +153,8 @@ def train(
                 raise TrainingDiverged(
                     f"non-finite loss at step {step} ({bad}); training stopped. Last good checkpoint: {where}"
                 )
-            apply_update(optimizer, params, scaler, job.optim.clip_norm)
+            if not apply_update(optimizer, params, scaler, job.optim.clip_norm):
+                bar.write(f"step {step}: fp16 gradient overflow, update skipped; loss scale lowered to {scaler.scale:g}")
             window_time += time.perf_counter() - started
             window_tokens += sum(objective.tokens(b) for b in micro_batches) * env.world_size
             for k, v in {**totals, **{f"{k}_count": c for k, c in counts.items()}}.items():
@@ -189,16 +190,14 @@ def train(
                     "step": step,
                     "optimizer": _optimizer_state(module, optimizer, cfg.parallel),
                     "scaler": scaler.state_dict(),
-                    "rng": distributed.all_gather(checkpoints.rng_state()),
+                    "rng": distributed.all_gather(checkpoints.rng_state()),  # every rank's streams
                     "data": {"position": step * accumulation, "micro_batch_size": micro},
                     "world_size": env.world_size,
                     "job": job.to_dict(),
                 }
-                plain = _full_model(module, model, objective, cfg.parallel)
+                plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
                 if env.is_main:
-                    last_checkpoint = checkpoints.save_checkpoint(
-                        run_dir, step, plain, tokenizer, state_now, cfg.keep_last
-                    )
+                    last_checkpoint = checkpoints.save_checkpoint(run_dir, step, plain, tokenizer, state_now, cfg.keep_last)
                 distributed.barrier()
             checkpoints.fault_point(f"step-{step}")
     finally:
