@@ -73,7 +73,7 @@ def _paragraphs(docstring: str) -> list[str]:
     out = []
     for block in re.split(r"\n\s*\n", docstring):
         text = " ".join(block.split())
-        if len(text) > 20:  # signatures, 'Args:' headers and such carry no sentences
+        if len(text.split()) >= 3:  # 'Args:' headers and lone names carry no sentences
             out.append(text)
     return out
 
