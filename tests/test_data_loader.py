@@ -59,7 +59,7 @@ def test_resumed_loader_serves_identical_batches_and_masks(corpus_dir):
     resumed = build_loader(corpus_dir, config=config, micro_batch=4, seed=3, start_step=start, num_workers=2)
     for a, b in zip(reference[start:], steps(resumed, 8)):
         assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
-    assert resumed.state_dict() == {"step": start + 8} and resumed.epoch == 1
+    assert resumed.state_dict() == {"step": start + 8, "epoch": 1, "epoch_start": per_epoch} and resumed.epoch == 1
     again = build_loader(corpus_dir, config=config, micro_batch=4, seed=3)
     again.load_state_dict(full.state_dict())
     assert again.step == per_epoch + 5
@@ -132,3 +132,18 @@ def test_whole_word_masking_through_the_loader_never_splits_a_word(corpus_dir):
             # A token that continues a word is chosen exactly when the token before it is.
             continues = ~word_starts[row] & ~np.concatenate([[True], special[:-1]]) & ~special
             assert np.array_equal(chosen[1:][continues[1:]], chosen[:-1][continues[1:]])
+
+
+def test_doc_sentences_resume_from_an_epoch_anchor_matches_counting_every_epoch(corpus_dir):
+    config = DataConfig(format="doc-sentences", block_size=BLOCK)
+    counted = build_loader(corpus_dir, config=config, micro_batch=2, seed=4, start_step=0)
+    step = sum(counted.dataset.batches_in_epoch(e) for e in range(3)) + 2  # epoch 3, batch 2
+    counted.step = step
+    state = counted.state_dict()
+    assert state["epoch"] == 3 and state["epoch_start"] == step - 2
+    resumed = build_loader(corpus_dir, config=config, micro_batch=2, seed=4)
+    resumed.load_state_dict(state)
+    assert resumed.dataset.locate(step) == (3, 2)
+    assert 1 not in resumed.dataset._epoch_sizes  # no earlier epoch was planned to find the position
+    a, b = next(iter(counted)), next(iter(resumed))
+    assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])

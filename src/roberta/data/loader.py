@@ -102,6 +102,9 @@ class PretrainDataset(Dataset):
             self._blocks = packing.pack_blocks(offsets, documents, config.block_size, cross)
         self._plan_cache: tuple[int, _Plan] | None = None
         self._epoch_sizes: dict[int, int] = {}
+        # Known (epoch, its first step) pairs: budget formats' epochs differ in length, and an
+        # anchor from a checkpoint saves counting every earlier epoch's batches on resume.
+        self._epoch_starts: dict[int, int] = {0: 0}
         if self.batches_in_epoch(0) == 0:
             raise UserError(
                 f"{corpus.directory}: the {split} split is too small for micro_batch {micro_batch} on {world_size} rank(s)"
@@ -152,11 +155,26 @@ class PretrainDataset(Dataset):
         """(epoch, batch within the epoch) of this rank's `step`."""
         if self.config.format not in packing.BUDGET_FORMATS:
             return divmod(step, self.batches_in_epoch(0))
-        epoch = 0
+        epoch = max(e for e, first in self._epoch_starts.items() if first <= step)
+        step -= self._epoch_starts[epoch]
         while step >= self.batches_in_epoch(epoch):
             step -= self.batches_in_epoch(epoch)
             epoch += 1
+            self._epoch_starts[epoch] = self._epoch_starts[epoch - 1] + self.batches_in_epoch(epoch - 1)
         return epoch, step
+
+    def epoch_start(self, epoch: int) -> int:
+        """The step at which `epoch` begins on this rank."""
+        known = max(e for e in self._epoch_starts if e <= epoch)
+        first = self._epoch_starts[known]
+        for e in range(known, epoch):
+            first += self.batches_in_epoch(e)
+        self._epoch_starts[epoch] = first
+        return first
+
+    def anchor(self, epoch: int, first_step: int) -> None:
+        """Record that `epoch` begins at `first_step` (from a checkpoint's loader state)."""
+        self._epoch_starts[epoch] = first_step
 
     # --- serving ---------------------------------------------------------------------------
 
@@ -241,9 +259,14 @@ class PretrainLoader:
             yield batch
 
     def state_dict(self) -> dict:
-        return {"step": self.step}
+        """{"step": n, "epoch": e, "epoch_start": first step of e}; "step" alone is enough to resume,
+        the epoch anchor makes resuming DOC-SENTENCES / SENTENCE-PAIR instant too."""
+        epoch = self.epoch
+        return {"step": self.step, "epoch": epoch, "epoch_start": self.dataset.epoch_start(epoch)}
 
     def load_state_dict(self, state: dict) -> None:
+        if "epoch" in state:
+            self.dataset.anchor(int(state["epoch"]), int(state["epoch_start"]))
         self.step = int(state["step"])
 
 
