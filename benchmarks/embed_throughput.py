@@ -60,7 +60,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--paragraphs", type=int, default=1000)
     parser.add_argument("--slices", type=int, default=5, help="alternation units (default 5)")
-    parser.add_argument("--batch-tokens", type=int, default=4096, help="ours: padded tokens per batch")
+    parser.add_argument("--batch-tokens", type=int, default=2048, help="ours: padded tokens per batch")
     parser.add_argument("--hf-batch-sizes", default="8,32", help="hand-batched HF loop batch sizes")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -170,8 +170,8 @@ def _hub_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="our checkpoint directory, an HF directory, or a fairseq directory / model.pt")
     p.add_argument("--checkpoint-file", help="the .pt file inside a fairseq directory (default model.pt)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--batch-tokens", type=int, default=4096,
-                   help="padded tokens per batch; inputs are sorted by length so batches hold little padding (default 4096)")
+    p.add_argument("--batch-tokens", type=int, default=2048,
+                   help="padded tokens per batch; inputs are sorted by length so batches hold little padding (default 2048)")
 
 
 def _fill_mask(subparsers) -> None:

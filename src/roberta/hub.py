@@ -26,9 +26,10 @@ from roberta.tokenizer import Tokenizer
 
 MASK = "<mask>"
 POOLS = ("cls", "mean")
-# Padded tokens per batch. On the 2-core CPU, 4096 measured faster than 16384 (larger batches
-# gain nothing once a matrix product has a few thousand rows, and attention memory grows).
-DEFAULT_BATCH_TOKENS = 4096
+# Padded tokens per batch. Base shape, 2-core CPU, 100 corpus paragraphs per call: 2048 gave
+# 3.55 sentences/s, 1024 3.24 (smaller matrix products), 4096 3.14 (wider length ranges per
+# batch, so more padding). See benchmarks/RESULTS.md.
+DEFAULT_BATCH_TOKENS = 2048
 
 TokenSeqs = Sequence[torch.Tensor | Sequence[int]]
 
