@@ -110,7 +110,7 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = 250) -> N
     shutil.rmtree(run, ignore_errors=True)
     job = load_job_config(
         None,
-        [*DEMO_JOB, f"--train.max_steps={steps}", f"--train.eval_every={steps // 3}",
+        [*DEMO_JOB, f"--train.max_steps={steps}", f"--train.eval_every={-(-steps // 3)}",
          f"--train.checkpoint_every={steps}", "--train.eval_batches=20", f"--train.seed={seed}"],
     )
     result = pretrain(job, corpus, run, tokenizer=tokenizer)
