@@ -10,10 +10,16 @@ import pytest
 from safetensors.torch import load_file
 
 import train_fixtures
+from train_fixtures import one_thread  # noqa: F401 (autouse below)
 
 FIXTURE = Path(__file__).with_name("train_fixtures.py")
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 NO_DROPOUT = ["--model.dropout=0", "--model.attention_dropout=0", "--train.max_steps=4", "--train.eval_every=4"]
+
+
+@pytest.fixture(autouse=True)
+def _micro_models_on_one_thread(one_thread):
+    yield
 
 
 def weights(run_dir: Path) -> dict:

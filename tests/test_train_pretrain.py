@@ -9,6 +9,7 @@ from roberta import checkpoint
 from roberta.cli import main
 from roberta.data.prepare import prepare
 from roberta.tokenizer import train_tokenizer
+from train_fixtures import one_thread  # noqa: F401 (autouse below)
 
 WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
 MICRO = [
@@ -17,6 +18,11 @@ MICRO = [
     "--train.log_every=1", "--train.eval_every=3", "--train.eval_batches=2", "--train.checkpoint_every=3",
     "--train.device=cpu", "--train.peak_tflops=0.1", "--schedule.warmup_steps=2", "--optim.lr=1e-3",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _micro_models_on_one_thread(one_thread):
+    yield
 
 
 @pytest.fixture(scope="module")

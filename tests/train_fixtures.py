@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from roberta.data.masking import MaskingConfig, MaskVocab, mask_tokens, masking_rng
@@ -77,6 +78,15 @@ def batches(seed: int, micro: int, rank: int, world: int, start: int, nsp: bool,
             batch["input_ids"][0, 1] = -7  # an impossible id: the test's objective turns it into a NaN loss
         yield batch
         p += 1
+
+
+@pytest.fixture
+def one_thread():
+    """Micro models run faster on one thread: hand-offs between threads cost more than they share."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def initial_model(overrides: list[str] = ()) -> RobertaModel:
