@@ -21,7 +21,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from roberta.config import RobertaConfig
+from roberta.config import RobertaConfig, read_json
 from roberta.errors import UserError
 from roberta.model import ClassificationHead, RobertaModel
 
@@ -182,18 +182,6 @@ def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict[st
             raise UserError(f"{path}: heads.{name} must give integer 'num_classes' and 'inner_dim'")
         heads[name] = {"num_classes": shape["num_classes"], "inner_dim": shape["inner_dim"]}
     return RobertaConfig.from_dict(meta["config"], source=f"{path}: config"), heads
-
-
-def read_json(path: Path) -> dict:
-    try:
-        values = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(values, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return values
 
 
 def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from roberta import checkpoint
-from roberta.checkpoint import atomic_directory, build_model, check_vocabulary, head_shapes, read_json
-from roberta.config import RobertaConfig
+from roberta.checkpoint import atomic_directory, build_model, check_vocabulary, head_shapes
+from roberta.config import RobertaConfig, read_json
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 
