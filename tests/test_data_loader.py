@@ -147,3 +147,13 @@ def test_doc_sentences_resume_from_an_epoch_anchor_matches_counting_every_epoch(
     assert 1 not in resumed.dataset._epoch_sizes  # no earlier epoch was planned to find the position
     a, b = next(iter(counted)), next(iter(resumed))
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+
+
+def test_most_frequent_token_is_the_commonest_id_across_shards(corpus_dir):
+    split = Corpus(corpus_dir).train
+    tokens = np.asarray(split.tokens(0, split.num_tokens), dtype=np.int64)
+    counts = np.bincount(tokens)
+    assert split.most_frequent_token() == int(counts.argmax())
+    # a sample that stops early counts only what it read
+    head = np.bincount(tokens[:100])
+    assert split.most_frequent_token(limit=100) == int(head.argmax())

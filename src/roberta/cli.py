@@ -10,21 +10,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
+from roberta.demo import DEMO_STEPS
 from roberta.errors import UserError
 
 
 def _demo(subparsers) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="the whole pipeline in ~5 CPU minutes: corpus, tokenizer, prepare, pretrain, fill-mask",
+        help="the whole pipeline in ~7 CPU minutes: corpus, tokenizer, prepare, pretrain, fill-mask",
         description="Builds a corpus from the Python standard library's docstrings, trains a byte-level "
         "BPE tokenizer, prepares the corpus, pretrains a small RoBERTa (tiny preset, narrowed) with a "
         "progress bar, then prints fill-mask predictions and where curves.png and the checkpoint are.",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for weights, data order and masks (default 0)")
     p.add_argument("--out", default="demo-run", help="working directory (default ./demo-run)")
-    p.add_argument("--steps", type=int, default=250, help="training steps of 32 x 128 tokens (default 250)")
+    p.add_argument("--steps", type=int, default=DEMO_STEPS, help=f"training steps of 8 x 128 tokens (default {DEMO_STEPS})")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.demo import run_demo
@@ -263,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"roberta: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Verbs that take `--section.key=value` overrides declare `overrides`; for all others an
@@ -273,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         args.overrides = [*args.overrides, *unknown]
     try:
-        args.handler(args)
+        with warnings.catch_warnings():
+            # Library warnings (a truncated text, say) read as one line on the command line.
+            warnings.showwarning = _one_line_warning
+            args.handler(args)
     except UserError as e:
         print(f"roberta: error: {e}", file=sys.stderr)
         return 2

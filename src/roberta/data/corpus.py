@@ -126,6 +126,11 @@ class Split:
             return parts[0]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
 
+    def most_frequent_token(self, limit: int = 2_000_000) -> int:
+        """The commonest id in the first `limit` tokens: what a model that learned nothing predicts."""
+        sample = self.tokens(0, min(self.num_tokens, limit))
+        return int(np.bincount(np.asarray(sample, dtype=np.int64)).argmax())
+
     def sentence(self, i: int) -> np.ndarray:
         return self.tokens(int(self.sentence_offsets[i]), int(self.sentence_offsets[i + 1]))
 
