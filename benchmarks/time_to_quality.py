@@ -3,9 +3,10 @@
 Both models pretrain on the books + wiki corpus (a byte-level BPE of 8K trained on it, held-out
 documents for validation) with the same recipe: the tiny shape (4 x 512, FFN 2048, or narrowed
 with --shape), the same batches and masks (our loader, one seed), the same AdamW and
-learning-rate schedule, the same training-time budget. The host is shared and noisy, so the two runs alternate in slices of
-`--slice` seconds and both see the same load. After every slice each is evaluated on the same
-held-out sequences (evaluation time is not charged to the budget): masked-token loss and accuracy.
+learning-rate schedule, the same training-time budget. The host may be shared and noisy, so the
+two runs alternate in slices of `--slice` seconds and both see the same load. After every slice
+each is evaluated on the same held-out sequences (evaluation time is not charged to the
+budget): masked-token loss and accuracy.
 
 The difference is the model code: ours scores the vocabulary only at masked positions (HF
 scores every position), runs one fused QKV matrix product and no padding mask when there is

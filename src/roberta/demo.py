@@ -9,11 +9,11 @@
 5. fill-mask on a few docstring-like sentences, and where the curves and checkpoint are.
 
 Why so small: on two CPU cores the budget is a few TFLOPs, and a post-LN encoder first sits on
-the unigram plateau (it predicts 'the' everywhere) until its attention starts to use context.
-Measured on the demo corpus (2026-11-23, one thread each, four minutes): 2 x 128 at batch 8
-left the plateau after ~300 steps and reached 9.4% held-out accuracy; 4 x 128 and 2 x 256 were
-still on it (5.1%); a peak learning rate of 2e-3 never left it. Many small steps beat few big
-ones here; the model is a toy, the pipeline is the real one.
+the unigram plateau (it predicts the commonest token everywhere) until its attention starts to
+use context. Measured on the demo corpus (2026-11-23, one thread each, four minutes): 2 x 128 at
+batch 8 left the plateau after ~300 steps and reached 9.7% held-out accuracy; 4 x 128 and
+2 x 256 were still on it (5.1%), and so was 2 x 128 at a peak learning rate of 2e-3. Many small
+steps beat few big ones here; the model is a toy, the pipeline is the real one.
 """
 
 from __future__ import annotations
