@@ -9,7 +9,7 @@ import torch
 import train_fixtures
 from train_fixtures import one_thread  # noqa: F401 (autouse below)
 from roberta import RobertaConfig, RobertaModel, UserError
-from roberta.train.checkpoints import list_checkpoints
+from roberta.train.run_state import list_checkpoints
 from roberta.train.config import JobConfig, ScheduleSection, apply_override, load_job_config, scaled
 from roberta.train.optim import learning_rate, parameter_groups
 from roberta.train.precision import LossScaler

@@ -21,7 +21,7 @@ from roberta.data.masking import MaskingConfig, MaskVocab, mask_tokens, masking_
 from roberta.model import RobertaModel
 from roberta.train import distributed
 from roberta.train.config import load_job_config
-from roberta.train.mlm import NSP_LABELS, mlm_objective
+from roberta.tasks.pretrain import NSP_LABELS, mlm_objective
 from roberta.train.trainer import TrainResult, batch_plan, train
 
 VOCAB, SEQ = 300, 32

@@ -1,8 +1,22 @@
-"""roberta: RoBERTa pretraining, fine-tuning and inference, exact to fairseq and HF transformers."""
+"""roberta: RoBERTa pretraining, fine-tuning and inference, exact to fairseq and HF transformers.
 
-from roberta.config import RobertaConfig
-from roberta.errors import UserError
-from roberta.hub import Roberta, load
-from roberta.model import RobertaModel
+The top-level names load on first use, so `import roberta.model` (or `roberta.data`) pulls in
+only what that module needs, not the hub and its tokenizer engines.
+"""
 
-__all__ = ["Roberta", "RobertaConfig", "RobertaModel", "UserError", "load"]
+from importlib import import_module
+
+_EXPORTS = {
+    "Roberta": "roberta.hub",
+    "load": "roberta.hub",
+    "RobertaConfig": "roberta.config",
+    "RobertaModel": "roberta.model",
+    "UserError": "roberta.errors",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'roberta' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -10,19 +10,15 @@ half-loaded; saving writes a temporary directory and renames it into place.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from roberta.config import RobertaConfig, read_json
+from roberta.config import RobertaConfig
 from roberta.errors import UserError
+from roberta.io import atomic_directory, read_json
 from roberta.model import ClassificationHead, RobertaModel
 
 FORMAT = "roberta"
@@ -30,40 +26,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 # The LM projection is the token embedding (tied); it is stored once, under embed_tokens.
 TIED_KEY, TIED_TO = "lm_head.weight", "embed_tokens.weight"
-# Files that mark a directory as one we may replace wholesale (ours, HF's or fairseq's).
-_CHECKPOINT_MARKERS = (CONFIG_FILE, WEIGHTS_FILE, "model.pt", "pytorch_model.bin")
-
-
-@contextmanager
-def atomic_directory(dst: str | Path) -> Iterator[Path]:
-    """Yield an empty temporary directory beside `dst`; on success it replaces `dst` at once.
-
-    An existing `dst` is replaced only if it is empty or looks like a checkpoint, so a typo
-    cannot wipe an unrelated directory. On any error the temporary directory is removed and
-    `dst` is left as it was.
-    """
-    dst = Path(dst)
-    if dst.exists() and not dst.is_dir():
-        raise UserError(f"{dst}: exists and is not a directory")
-    if dst.is_dir() and any(dst.iterdir()) and not any((dst / m).exists() for m in _CHECKPOINT_MARKERS):
-        raise UserError(f"{dst}: refusing to replace a non-empty directory that holds no checkpoint")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    try:
-        # mkdtemp makes the directory private (0700); a checkpoint gets the usual permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)
-        yield tmp
-        if dst.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-            os.replace(dst, old / dst.name)
-            os.replace(tmp, dst)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def head_shapes(model: RobertaModel) -> dict[str, dict[str, int]]:

@@ -144,7 +144,9 @@ def _pretrain(subparsers) -> None:
     p.set_defaults(overrides=[])
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.train import distributed, load_job_config, pretrain
+        from roberta.tasks.pretrain import pretrain
+        from roberta.train import distributed
+        from roberta.train.config import load_job_config
 
         extra = [f"--train.scale={args.scale}"] if args.scale is not None else []
         job = load_job_config(args.config, [*args.overrides, *extra])
@@ -249,9 +251,36 @@ def _predict(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _finetune(subparsers) -> None:
+    p = subparsers.add_parser(
+        "finetune",
+        help="fine-tune a checkpoint on a task: GLUE, your own classification data, SQuAD, RACE",
+        description="Fine-tunes with the same trainer as pretraining: dev evaluation, the best dev "
+        "checkpoint kept as RUN/best/, RUN/results.json, exact --resume. Job fields are overridden as "
+        "--section.key=value (e.g. --optim.lr=2e-5 --train.batch_size=32 --train.epochs=3).",
+    )
+    tasks = p.add_subparsers(dest="task_family", metavar="TASK", required=True)
+    for add_task in FINETUNE_TASKS:
+        add_task(tasks)
+
+
+def _evaluate(subparsers) -> None:
+    p = subparsers.add_parser(
+        "evaluate",
+        help="score a predictions file with a benchmark's official metrics",
+        description="Prints one JSON object with the benchmark's official metrics for a predictions file.",
+    )
+    tasks = p.add_subparsers(dest="task_family", metavar="TASK", required=True)
+    for add_task in EVALUATE_TASKS:
+        add_task(tasks)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
-VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _fill_mask, _embed, _predict]
+# `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
+FINETUNE_TASKS: list = []
+EVALUATE_TASKS: list = []
+VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roberta.errors import UserError
+from roberta.io import read_json
 
 
 @dataclass(frozen=True)
@@ -65,19 +66,6 @@ class RobertaConfig:
     @classmethod
     def load(cls, path: str | Path) -> RobertaConfig:
         return cls.from_dict(read_json(Path(path)), source=str(path))
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object from a file, or a one-line UserError naming the file (and line)."""
-    try:
-        values = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(values, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return values
 
 
 PRESETS: dict[str, RobertaConfig] = {

@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 from roberta import checkpoint
-from roberta.checkpoint import atomic_directory, build_model, check_vocabulary, head_shapes
-from roberta.config import RobertaConfig, read_json
+from roberta.checkpoint import build_model, check_vocabulary, head_shapes
+from roberta.config import RobertaConfig
 from roberta.errors import UserError
+from roberta.io import atomic_directory, read_json
 from roberta.model import RobertaModel
 
 Pairs = list[tuple[str, "str | tuple[str, str, str]"]]

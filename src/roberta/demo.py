@@ -110,7 +110,8 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = DEMO_STEP
     from roberta.data.prepare import prepare
     from roberta.hub import load
     from roberta.tokenizer import train_tokenizer
-    from roberta.train import load_job_config, pretrain
+    from roberta.tasks.pretrain import pretrain
+    from roberta.train.config import load_job_config
 
     started = time.perf_counter()
     out = Path(out)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from roberta.errors import UserError
 from roberta.model import RobertaModel
-from roberta.train import checkpoints, distributed
+from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig
 from roberta.train.metrics import MetricsLog, peak_flops, training_flops_per_token
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
@@ -97,10 +97,10 @@ def train(
 
     state = None
     if resume:
-        found = checkpoints.latest_checkpoint(run_dir)
+        found = run_state.latest_checkpoint(run_dir)
         if found is None:
             raise UserError(f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}")
-        state = checkpoints.load_trainer_state(found)
+        state = run_state.load_trainer_state(found)
         _load_model_weights(model, found)
     model.to(env.device)
     module = distributed.wrap(model, cfg.parallel, env)
@@ -114,7 +114,7 @@ def train(
         _load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, env)
         scaler.load_state_dict(state["scaler"])
         if len(state["rng"]) == env.world_size:
-            checkpoints.set_rng_state(state["rng"][env.rank])
+            run_state.set_rng_state(state["rng"][env.rank])
         if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro * env.world_size:
             raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
 
@@ -123,7 +123,7 @@ def train(
     flops_per_token = training_flops_per_token(model.config, job.data.seq_len, job.data.mask_prob)
     peak = peak_flops(env.device, precision, cfg.peak_tflops) * env.world_size
     batches = objective.train_batches(step * accumulation)
-    last_checkpoint = checkpoints.latest_checkpoint(run_dir) if env.is_main else None
+    last_checkpoint = run_state.latest_checkpoint(run_dir) if env.is_main else None
     valid: dict[str, float] = {}
     window: dict[str, float] = {}
     window_tokens, window_time = 0, 0.0
@@ -190,16 +190,16 @@ def train(
                     "step": step,
                     "optimizer": _optimizer_state(module, optimizer, cfg.parallel),
                     "scaler": scaler.state_dict(),
-                    "rng": distributed.all_gather(checkpoints.rng_state()),  # every rank's streams
+                    "rng": distributed.all_gather(run_state.rng_state()),  # every rank's streams
                     "data": {"position": step * accumulation, "micro_batch_size": micro},
                     "world_size": env.world_size,
                     "job": job.to_dict(),
                 }
                 plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
                 if env.is_main:
-                    last_checkpoint = checkpoints.save_checkpoint(run_dir, step, plain, tokenizer, state_now, cfg.keep_last)
+                    last_checkpoint = run_state.save_checkpoint(run_dir, step, plain, tokenizer, state_now, cfg.keep_last)
                 distributed.barrier()
-            checkpoints.fault_point(f"step-{step}")
+            run_state.fault_point(f"step-{step}")
     finally:
         bar.close()
         if log:

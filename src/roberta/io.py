@@ -1,0 +1,115 @@
+"""Publishing files whole, and reading JSON with errors that name the file.
+
+Everything the toolkit writes for a user (checkpoints, corpora, tokenizers, predictions, run
+state) is written under a temporary name beside its destination and renamed into place, so a
+crash or a refused command never leaves a half-written file where a complete one is expected.
+Files get the user's umask, as `open` would give them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from roberta.errors import UserError
+
+# Files that mark a directory as one we may replace wholesale (ours, HF's or fairseq's).
+CHECKPOINT_MARKERS = ("config.json", "model.safetensors", "model.pt", "pytorch_model.bin")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_directory(dst: str | Path, replace_if: tuple[str, ...] = CHECKPOINT_MARKERS) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `dst`; on success it replaces `dst` at once.
+
+    An existing `dst` is replaced only if it is empty or holds one of `replace_if`, so a typo
+    cannot wipe an unrelated directory. On any error the temporary directory is removed and
+    `dst` is left as it was.
+    """
+    dst = Path(dst)
+    if dst.exists() and not dst.is_dir():
+        raise UserError(f"{dst}: exists and is not a directory")
+    if dst.is_dir() and any(dst.iterdir()) and not any((dst / m).exists() for m in replace_if):
+        raise UserError(f"{dst}: refusing to replace a non-empty directory that holds no checkpoint")
+    tmp = make_temporary_directory(dst)
+    try:
+        yield tmp
+        if dst.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+            os.replace(dst, old / dst.name)
+            os.replace(tmp, dst)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_temporary_directory(dst: Path) -> Path:
+    """A hidden, empty directory beside `dst` with the permissions `mkdir` would give it."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private (0700)
+    return tmp
+
+
+@contextmanager
+def atomic_write(dst: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+    """An open file under a temporary name beside `dst`, renamed onto `dst` when the block ends
+    without error (and removed when it raises)."""
+    dst = Path(dst)
+    tmp = temporary_path(dst)
+    try:
+        with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def temporary_path(dst: Path) -> Path:
+    """A hidden name beside `dst`, unique to this process, keeping its suffix (numpy and
+    safetensors writers look at it)."""
+    return dst.with_name(f".{dst.name}.tmp-{os.getpid()}{dst.suffix}")
+
+
+def publish(tmp: Path, dst: Path) -> None:
+    """Rename a finished temporary file onto `dst` with the user's umask (writers such as
+    safetensors create files private)."""
+    tmp.chmod(0o666 & ~_umask())
+    os.replace(tmp, dst)
+
+
+def write_json(dst: str | Path, value) -> None:
+    with atomic_write(dst) as f:
+        f.write(json.dumps(value, indent=2) + "\n")
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a file, or a one-line UserError naming the file (and line)."""
+    path = Path(path)
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a JSON file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(values, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return values
