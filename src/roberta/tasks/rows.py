@@ -1,0 +1,112 @@
+"""Rows of the text tables tasks read (TSV, CSV, JSONL), with errors that name file and line.
+
+TSV is split at every tab with no quote processing, as GLUE's own readers do
+(`csv.reader(f, delimiter="\\t", quotechar=None)`): MRPC's strings open quotes they never
+close, and a quote-aware reader would swallow the lines after them. CSV is the quoted dialect
+spreadsheets write. Blank lines are not rows. A UTF-8 byte-order mark (MRPC has one) is dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from roberta.errors import UserError
+
+FORMATS = (".csv", ".tsv", ".jsonl")
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without its line ending) for each line of a UTF-8 file."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}:{number}: not valid UTF-8 (byte {e.start} of the line)") from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield number, line.removesuffix("\n").removesuffix("\r")
+
+
+def read_tsv(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) for each non-blank line, split at every tab."""
+    for number, line in read_lines(path):
+        if line:
+            yield number, line.split("\t")
+
+
+def read_csv(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(number of the row's first line, fields) for each non-blank CSV row; quoted fields may
+    span lines."""
+    reader = csv.reader(line + "\n" for _, line in read_lines(path))
+    first = 1
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise UserError(f"{path}:{reader.line_num}: invalid CSV ({e})") from None
+        if fields:
+            yield first, fields
+        first = reader.line_num + 1
+
+
+def read_records(path: str | Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, {column: value}) for each row of a .csv, .tsv or .jsonl file, keeping only
+    `columns`. A CSV/TSV file's first row names its columns; every row must have as many fields
+    as it. JSONL values keep their JSON types."""
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise UserError(f"{path}: unknown format {path.suffix!r} (expected one of {', '.join(FORMATS)})")
+    if path.suffix == ".jsonl":
+        yield from _jsonl_records(path, columns)
+        return
+    rows = read_tsv(path) if path.suffix == ".tsv" else read_csv(path)
+    header_line, header = next(rows, (0, None))
+    if header is None:
+        raise UserError(f"{path}: empty file")
+    indices = header_indices(path, header_line, header, columns)
+    for number, fields in rows:
+        check_field_count(path, number, fields, len(header))
+        yield number, {name: fields[i] for name, i in zip(columns, indices)}
+
+
+def header_indices(path: Path, line: int, header: list[str], columns: list[str]) -> list[int]:
+    """Where each of `columns` is in `header`, or an error naming the missing one."""
+    for name in columns:
+        if name not in header:
+            raise UserError(f"{path}:{line}: no column {name!r} in the header (columns: {', '.join(header)})")
+    return [header.index(name) for name in columns]
+
+
+def check_field_count(path: Path, line: int, fields: list[str], expected: int) -> None:
+    if len(fields) != expected:
+        raise UserError(f"{path}:{line}: {len(fields)} fields, expected {expected}")
+
+
+def _jsonl_records(path: Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
+    for number, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{number}: expected a JSON object")
+        for name in columns:
+            if name not in record:
+                raise UserError(f"{path}:{number}: no field {name!r}")
+        yield number, {name: record[name] for name in columns}
