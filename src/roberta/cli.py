@@ -275,11 +275,35 @@ def _evaluate(subparsers) -> None:
         add_task(tasks)
 
 
+def _evaluate_glue(tasks) -> None:
+    p = tasks.add_parser(
+        "glue",
+        help="score a GLUE predictions TSV against a labelled dev file",
+        description="Matches the rows of --predictions (the GLUE server's TSV: a header, then "
+        "index<TAB>prediction, the label name as in the data files or a score for STS-B) to --dev by "
+        "index and prints the task's official metrics as one JSON object: accuracy; F1 and accuracy "
+        "for MRPC and QQP; Matthews correlation (mcc) for CoLA; Pearson and Spearman for STS-B.",
+    )
+    # Checked by the handler, so that building the parser imports no task module.
+    p.add_argument("--task", required=True, metavar="T", help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI")
+    p.add_argument("--dev", required=True, metavar="FILE", help="labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv")
+    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index")
+
+    def run(args: argparse.Namespace) -> None:
+        import json
+
+        from roberta.tasks.glue import evaluate_predictions, get_task
+
+        print(json.dumps(evaluate_predictions(get_task(args.task), args.dev, args.predictions)))
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 # `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
 FINETUNE_TASKS: list = []
-EVALUATE_TASKS: list = []
+EVALUATE_TASKS: list = [_evaluate_glue]
 VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
 
 

@@ -73,7 +73,11 @@ def read_records(path: str | Path, columns: list[str]) -> Iterator[tuple[int, di
     if path.suffix == ".jsonl":
         yield from _jsonl_records(path, columns)
         return
-    rows = read_tsv(path) if path.suffix == ".tsv" else read_csv(path)
+    yield from table_records(path, read_tsv(path) if path.suffix == ".tsv" else read_csv(path), columns)
+
+
+def table_records(path: Path, rows: Iterator[tuple[int, list[str]]], columns: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, {column: field}) for the rows after the header `rows` starts with."""
     header_line, header = next(rows, (0, None))
     if header is None:
         raise UserError(f"{path}: empty file")

@@ -1,0 +1,194 @@
+"""GLUE: the nine tasks' file layouts, label names, official metrics, paper defaults, and the
+leaderboard's prediction files.
+
+Files are the standard GLUE TSVs, read by column name from their header. CoLA's train and dev
+files have no header: their columns are source, label, original label, sentence. Files without
+an index column (SST-2, CoLA, MRPC train/dev) index their rows 0, 1, ... in file order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from roberta.errors import UserError
+from roberta.io import atomic_write
+from roberta.tasks.classify import Example, label_ids, parse_label
+from roberta.tasks.rows import check_field_count, header_indices, read_tsv, table_records
+
+PREDICTION_HEADER = ["index", "prediction"]
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str
+    text_column: str
+    pair_column: str | None
+    label_column: str
+    labels: tuple[str, ...]  # as written in the files, in head-output order; () for regression
+    metrics: tuple[str, ...]  # the official ones; the first picks the best checkpoint
+    lr: float
+    batch_size: int
+    dev_sets: tuple[tuple[str, str], ...] = (("dev", "dev.tsv"),)  # (name, file in the task directory)
+    index_column: str = "index"
+    headerless_columns: tuple[str, ...] = ()  # the columns of train/dev files that have no header
+    epochs: int = 10
+    warmup: float = 0.06  # of all updates, then linear decay to 0
+    weight_decay: float = 0.1
+
+    @property
+    def regression(self) -> bool:
+        return not self.labels
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels) or 1
+
+    @property
+    def metric(self) -> str:
+        return self.metrics[0]
+
+
+BINARY = ("0", "1")
+ENTAILMENT = ("entailment", "not_entailment")
+
+# LR and batch size from the paper's best settings (shared/docs/REFERENCE.md); the paper
+# reported no WNLI recipe (it ranked WSC-style candidates), so WNLI takes RTE's.
+TASKS: dict[str, GlueTask] = {t.name: t for t in [
+    GlueTask("CoLA", "sentence", None, "label", BINARY, ("mcc",), 1e-5, 16,
+             headerless_columns=("source", "label", "original_label", "sentence")),
+    GlueTask("SST-2", "sentence", None, "label", BINARY, ("accuracy",), 1e-5, 32),
+    GlueTask("MRPC", "#1 String", "#2 String", "Quality", BINARY, ("f1", "accuracy"), 1e-5, 16),
+    GlueTask("STS-B", "sentence1", "sentence2", "score", (), ("pearson", "spearman"), 2e-5, 16),
+    GlueTask("QQP", "question1", "question2", "is_duplicate", BINARY, ("accuracy", "f1"), 1e-5, 32,
+             index_column="id"),
+    GlueTask("MNLI", "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"),
+             ("accuracy",), 1e-5, 32,
+             dev_sets=(("matched", "dev_matched.tsv"), ("mismatched", "dev_mismatched.tsv"))),
+    GlueTask("QNLI", "question", "sentence", "label", ENTAILMENT, ("accuracy",), 1e-5, 32),
+    GlueTask("RTE", "sentence1", "sentence2", "label", ENTAILMENT, ("accuracy",), 2e-5, 16),
+    GlueTask("WNLI", "sentence1", "sentence2", "label", BINARY, ("accuracy",), 2e-5, 16),
+]}
+
+
+def get_task(name: str) -> GlueTask:
+    if name not in TASKS:
+        raise UserError(f"unknown GLUE task {name!r} (tasks: {', '.join(TASKS)})")
+    return TASKS[name]
+
+
+def read_split(task: GlueTask, path: str | Path, labelled: bool | None = None) -> list[Example]:
+    """The examples of one GLUE file. `labelled`: True requires the label column (train, dev),
+    False ignores it, None reads it when the header has it (test files have none)."""
+    path = Path(path)
+    rows = read_tsv(path)
+    header_line, header = next(rows, (0, None))
+    if header is None:
+        raise UserError(f"{path}: empty file")
+    if task.text_column not in header and task.headerless_columns:
+        rows = itertools.chain([(header_line, header)], rows)
+        header_line, header = 0, list(task.headerless_columns)
+    if labelled is None:
+        labelled = task.label_column in header
+    wanted = [task.text_column] + ([task.pair_column] if task.pair_column else []) + ([task.label_column] if labelled else [])
+    columns = dict(zip(wanted, header_indices(path, header_line, header, wanted)))
+    index = header.index(task.index_column) if task.index_column in header else None
+    examples = []
+    for number, fields in rows:
+        check_field_count(path, number, fields, len(header))
+        label = None
+        if labelled:
+            label = parse_label(fields[columns[task.label_column]], task.regression, path, number, task.label_column)
+        pair = fields[columns[task.pair_column]] if task.pair_column else None
+        row_index = fields[index] if index is not None else str(len(examples))
+        examples.append(Example(fields[columns[task.text_column]], pair, label, row_index, number))
+    if not examples:
+        raise UserError(f"{path}: no examples")
+    return examples
+
+
+def _f1(predictions, labels) -> float:
+    from sklearn.metrics import f1_score
+
+    return f1_score(labels, predictions)
+
+
+def _accuracy(predictions, labels) -> float:
+    from sklearn.metrics import accuracy_score
+
+    return accuracy_score(labels, predictions)
+
+
+def _mcc(predictions, labels) -> float:
+    from sklearn.metrics import matthews_corrcoef
+
+    return matthews_corrcoef(labels, predictions)
+
+
+def _pearson(predictions, labels) -> float:
+    from scipy.stats import pearsonr
+
+    return pearsonr(predictions, labels)[0]
+
+
+def _spearman(predictions, labels) -> float:
+    from scipy.stats import spearmanr
+
+    return spearmanr(predictions, labels)[0]
+
+
+# Imported lazily: scikit-learn and scipy take a second to load, and most verbs need neither.
+METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
+    "accuracy": _accuracy, "f1": _f1, "mcc": _mcc, "pearson": _pearson, "spearman": _spearman,
+}
+
+
+def metrics(task: GlueTask, predictions: Sequence[int | float], labels: Sequence[int | float]) -> dict[str, float]:
+    """The task's official dev metrics: label ids for classification (F1 counts id 1, "1", as
+    positive), floats for STS-B."""
+    if len(predictions) != len(labels) or not labels:
+        raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels")
+    return {name: float(METRICS[name](list(predictions), list(labels))) for name in task.metrics}
+
+
+def write_predictions(task: GlueTask, path: str | Path, indices: Sequence[str], predictions: Sequence[int | float]) -> None:
+    """The GLUE leaderboard's TSV: `index<TAB>prediction`, the label name (a float for STS-B)."""
+    with atomic_write(path) as f:
+        f.write("\t".join(PREDICTION_HEADER) + "\n")
+        for index, prediction in zip(indices, predictions, strict=True):
+            value = repr(float(prediction)) if task.regression else task.labels[prediction]
+            f.write(f"{index}\t{value}\n")
+
+
+def read_predictions(task: GlueTask, path: str | Path) -> dict[str, tuple[int, str | float]]:
+    """{index: (line, label name or float)} from a leaderboard TSV."""
+    path = Path(path)
+    predictions: dict[str, tuple[int, str | float]] = {}
+    for number, record in table_records(path, read_tsv(path), PREDICTION_HEADER):
+        index = record["index"]
+        if index in predictions:
+            raise UserError(f"{path}:{number}: index {index} repeats line {predictions[index][0]}")
+        value = parse_label(record["prediction"], task.regression, path, number, "prediction")
+        if not task.regression and value not in task.labels:
+            raise UserError(f"{path}:{number}: prediction {value!r} is not a {task.name} label ({', '.join(task.labels)})")
+        predictions[index] = (number, value)
+    return predictions
+
+
+def evaluate_predictions(task: GlueTask, dev_file: str | Path, predictions_file: str | Path) -> dict[str, float]:
+    """The task's metrics for a leaderboard TSV scored against a labelled dev file, matched by index."""
+    examples = read_split(task, dev_file, labelled=True)
+    predicted = read_predictions(task, predictions_file)
+    dev_indices = {e.index for e in examples}
+    for index, (number, _) in predicted.items():
+        if index not in dev_indices:
+            raise UserError(f"{predictions_file}:{number}: index {index} is not in {dev_file}")
+    missing = next((e for e in examples if e.index not in predicted), None)
+    if missing is not None:
+        raise UserError(f"{predictions_file}: no prediction for index {missing.index} ({dev_file}:{missing.line})")
+    values = [predicted[e.index][1] for e in examples]
+    if task.regression:
+        return metrics(task, values, [e.label for e in examples])
+    return metrics(task, [task.labels.index(v) for v in values], label_ids(examples, task.labels, dev_file))
