@@ -1,4 +1,7 @@
 """Tasks: one module per task family, each an `Objective` the one Trainer runs.
 
 pretrain.py  masked LM (+ NSP for the pair-format ablations), `roberta pretrain`
+glue.py      the nine GLUE tasks: file layouts, label names, defaults, official metrics, leaderboard TSVs
+classify.py  the user's own CSV/TSV/JSONL classification or regression data, label sets
+rows.py      rows of TSV/CSV/JSONL files, with errors naming file and line
 """

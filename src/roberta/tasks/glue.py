@@ -16,7 +16,7 @@ from pathlib import Path
 from roberta.errors import UserError
 from roberta.io import atomic_write
 from roberta.tasks.classify import Example, label_ids, parse_label
-from roberta.tasks.rows import check_field_count, header_indices, read_tsv, table_records
+from roberta.tasks.rows import read_tsv, table_records
 
 PREDICTION_HEADER = ["index", "prediction"]
 
@@ -84,26 +84,27 @@ def read_split(task: GlueTask, path: str | Path, labelled: bool | None = None) -
     False ignores it, None reads it when the header has it (test files have none)."""
     path = Path(path)
     rows = read_tsv(path)
-    header_line, header = next(rows, (0, None))
-    if header is None:
+    first = next(rows, None)
+    if first is None:
         raise UserError(f"{path}: empty file")
+    header = first[1]
     if task.text_column not in header and task.headerless_columns:
-        rows = itertools.chain([(header_line, header)], rows)
-        header_line, header = 0, list(task.headerless_columns)
-    if labelled is None:
-        labelled = task.label_column in header
-    wanted = [task.text_column] + ([task.pair_column] if task.pair_column else []) + ([task.label_column] if labelled else [])
-    columns = dict(zip(wanted, header_indices(path, header_line, header, wanted)))
-    index = header.index(task.index_column) if task.index_column in header else None
+        header = list(task.headerless_columns)
+        rows = itertools.chain([(0, header), first], rows)
+    else:
+        rows = itertools.chain([first], rows)
+    label = task.label_column if (task.label_column in header if labelled is None else labelled) else None
+    index = task.index_column if task.index_column in header else None
+    columns = [c for c in (task.text_column, task.pair_column, label, index) if c is not None]
     examples = []
-    for number, fields in rows:
-        check_field_count(path, number, fields, len(header))
-        label = None
-        if labelled:
-            label = parse_label(fields[columns[task.label_column]], task.regression, path, number, task.label_column)
-        pair = fields[columns[task.pair_column]] if task.pair_column else None
-        row_index = fields[index] if index is not None else str(len(examples))
-        examples.append(Example(fields[columns[task.text_column]], pair, label, row_index, number))
+    for number, record in table_records(path, rows, columns):
+        examples.append(Example(
+            text=record[task.text_column],
+            pair=record[task.pair_column] if task.pair_column else None,
+            label=parse_label(record[label], task.regression, path, number, label) if label else None,
+            index=record[index] if index else str(len(examples)),
+            line=number,
+        ))
     if not examples:
         raise UserError(f"{path}: no examples")
     return examples

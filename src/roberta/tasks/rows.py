@@ -68,36 +68,28 @@ def read_records(path: str | Path, columns: list[str]) -> Iterator[tuple[int, di
     `columns`. A CSV/TSV file's first row names its columns; every row must have as many fields
     as it. JSONL values keep their JSON types."""
     path = Path(path)
-    if path.suffix not in FORMATS:
+    if path.suffix.lower() not in FORMATS:
         raise UserError(f"{path}: unknown format {path.suffix!r} (expected one of {', '.join(FORMATS)})")
-    if path.suffix == ".jsonl":
+    if path.suffix.lower() == ".jsonl":
         yield from _jsonl_records(path, columns)
         return
-    yield from table_records(path, read_tsv(path) if path.suffix == ".tsv" else read_csv(path), columns)
+    yield from table_records(path, read_tsv(path) if path.suffix.lower() == ".tsv" else read_csv(path), columns)
 
 
 def table_records(path: Path, rows: Iterator[tuple[int, list[str]]], columns: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, {column: field}) for the rows after the header `rows` starts with."""
+    """(line number, {column: field}) for the rows after the header that `rows` starts with (a
+    line number of 0: a header the file does not have, supplied by the caller)."""
     header_line, header = next(rows, (0, None))
     if header is None:
         raise UserError(f"{path}: empty file")
-    indices = header_indices(path, header_line, header, columns)
-    for number, fields in rows:
-        check_field_count(path, number, fields, len(header))
-        yield number, {name: fields[i] for name, i in zip(columns, indices)}
-
-
-def header_indices(path: Path, line: int, header: list[str], columns: list[str]) -> list[int]:
-    """Where each of `columns` is in `header`, or an error naming the missing one."""
     for name in columns:
         if name not in header:
-            raise UserError(f"{path}:{line}: no column {name!r} in the header (columns: {', '.join(header)})")
-    return [header.index(name) for name in columns]
-
-
-def check_field_count(path: Path, line: int, fields: list[str], expected: int) -> None:
-    if len(fields) != expected:
-        raise UserError(f"{path}:{line}: {len(fields)} fields, expected {expected}")
+            raise UserError(f"{path}:{header_line}: no column {name!r} in the header (columns: {', '.join(header)})")
+    indices = [header.index(name) for name in columns]
+    for number, fields in rows:
+        if len(fields) != len(header):
+            raise UserError(f"{path}:{number}: {len(fields)} fields, expected {len(header)} as in the header")
+        yield number, {name: fields[i] for name, i in zip(columns, indices)}
 
 
 def _jsonl_records(path: Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
