@@ -110,40 +110,19 @@ def read_split(task: GlueTask, path: str | Path, labelled: bool | None = None) -
     return examples
 
 
-def _f1(predictions, labels) -> float:
-    from sklearn.metrics import f1_score
+def _metric_functions() -> dict[str, Callable[[list, list], float]]:
+    """Each metric as f(predictions, labels)."""
+    # Imported on use: scikit-learn and scipy take a second to load, and most verbs need neither.
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    return f1_score(labels, predictions)
-
-
-def _accuracy(predictions, labels) -> float:
-    from sklearn.metrics import accuracy_score
-
-    return accuracy_score(labels, predictions)
-
-
-def _mcc(predictions, labels) -> float:
-    from sklearn.metrics import matthews_corrcoef
-
-    return matthews_corrcoef(labels, predictions)
-
-
-def _pearson(predictions, labels) -> float:
-    from scipy.stats import pearsonr
-
-    return pearsonr(predictions, labels)[0]
-
-
-def _spearman(predictions, labels) -> float:
-    from scipy.stats import spearmanr
-
-    return spearmanr(predictions, labels)[0]
-
-
-# Imported lazily: scikit-learn and scipy take a second to load, and most verbs need neither.
-METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
-    "accuracy": _accuracy, "f1": _f1, "mcc": _mcc, "pearson": _pearson, "spearman": _spearman,
-}
+    return {
+        "accuracy": lambda p, y: accuracy_score(y, p),
+        "f1": lambda p, y: f1_score(y, p),
+        "mcc": lambda p, y: matthews_corrcoef(y, p),
+        "pearson": lambda p, y: pearsonr(p, y)[0],
+        "spearman": lambda p, y: spearmanr(p, y)[0],
+    }
 
 
 def metrics(task: GlueTask, predictions: Sequence[int | float], labels: Sequence[int | float]) -> dict[str, float]:
@@ -151,7 +130,8 @@ def metrics(task: GlueTask, predictions: Sequence[int | float], labels: Sequence
     positive), floats for STS-B."""
     if len(predictions) != len(labels) or not labels:
         raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels")
-    return {name: float(METRICS[name](list(predictions), list(labels))) for name in task.metrics}
+    functions = _metric_functions()
+    return {name: float(functions[name](list(predictions), list(labels))) for name in task.metrics}
 
 
 def write_predictions(task: GlueTask, path: str | Path, indices: Sequence[str], predictions: Sequence[int | float]) -> None:
