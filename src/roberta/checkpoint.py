@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
-from roberta.io import atomic_directory, read_json
+from roberta.io import atomic_directory, publish, read_json, temporary_path, write_json
 from roberta.model import ClassificationHead, RobertaModel
 
 FORMAT = "roberta"
@@ -109,8 +109,11 @@ def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
         check_vocabulary(tokenizer, model.config, str(directory))
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
     meta = {"format": FORMAT, "config": model.config.to_dict(), "heads": heads}
-    (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    write_json(directory / CONFIG_FILE, meta)
+    # safetensors creates its file private (0600): written aside, then published with the umask.
+    weights = temporary_path(directory / WEIGHTS_FILE)
+    save_file(state, str(weights), metadata={"format": "pt"})
+    publish(weights, directory / WEIGHTS_FILE)
     if tokenizer is not None:
         tokenizer.save(directory)
 
@@ -140,10 +143,14 @@ def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict[st
             raise UserError(f"{path}: field {field!r} must be a JSON object")
     heads = {}
     for name, shape in meta["heads"].items():
-        if not (isinstance(shape, dict) and all(isinstance(shape.get(k), int) for k in ("num_classes", "inner_dim"))):
-            raise UserError(f"{path}: heads.{name} must give integer 'num_classes' and 'inner_dim'")
+        if not (isinstance(shape, dict) and all(_is_positive_int(shape.get(k)) for k in ("num_classes", "inner_dim"))):
+            raise UserError(f"{path}: heads.{name} must give positive integer 'num_classes' and 'inner_dim', not {shape!r}")
         heads[name] = {"num_classes": shape["num_classes"], "inner_dim": shape["inner_dim"]}
     return RobertaConfig.from_dict(meta["config"], source=f"{path}: config"), heads
+
+
+def _is_positive_int(value) -> bool:
+    return type(value) is int and value > 0  # not bool: JSON true is no class count
 
 
 def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +30,7 @@ class RobertaConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise UserError(
-                f"config: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
-            )
-        if self.max_positions <= self.padding_idx + 1:
-            raise UserError(
-                f"config: max_positions {self.max_positions} leaves no room after padding_idx {self.padding_idx}"
-            )
+        check_values(dataclasses.asdict(self), "config")
 
     @property
     def max_tokens(self) -> int:
@@ -58,6 +52,8 @@ class RobertaConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise UserError(f"{source}: unknown field(s) {', '.join(unknown)}")
+        # Checked here too, so that the message names the file the values came from.
+        check_values({**dataclasses.asdict(cls()), **values}, source)
         return cls(**values)
 
     def save(self, path: str | Path) -> None:
@@ -66,6 +62,35 @@ class RobertaConfig:
     @classmethod
     def load(cls, path: str | Path) -> RobertaConfig:
         return cls.from_dict(read_json(Path(path)), source=str(path))
+
+
+def check_values(values: dict, source: str) -> None:
+    """Every field of the right type and in range, else a UserError naming the field and value.
+
+    A bool is refused where an int is wanted (JSON `true` would pass as 1), and so is a float
+    with an integer value: a config that says 12.0 layers was not written for this model.
+    """
+    for field in dataclasses.fields(RobertaConfig):
+        name, value = field.name, values[field.name]
+        if field.type == "int":
+            if type(value) is not int:
+                raise UserError(f"{source}: field {name!r} must be an integer, not {value!r}")
+            smallest = 0 if name == "padding_idx" else 1
+            if value < smallest:
+                raise UserError(f"{source}: field {name!r} must be at least {smallest}, not {value}")
+        elif type(value) not in (int, float) or not math.isfinite(value):
+            raise UserError(f"{source}: field {name!r} must be a finite number, not {value!r}")
+        elif name.endswith("dropout"):
+            if not 0.0 <= value < 1.0:
+                raise UserError(f"{source}: field {name!r} must be in [0, 1), not {value}")
+        elif value <= 0:
+            raise UserError(f"{source}: field {name!r} must be positive, not {value}")
+    if values["hidden_size"] % values["num_heads"]:
+        raise UserError(f"{source}: hidden_size {values['hidden_size']} is not divisible by num_heads {values['num_heads']}")
+    if values["max_positions"] <= values["padding_idx"] + 1:
+        raise UserError(f"{source}: max_positions {values['max_positions']} leaves no room after padding_idx {values['padding_idx']}")
+    if values["padding_idx"] >= values["vocab_size"]:
+        raise UserError(f"{source}: padding_idx {values['padding_idx']} is not an id of the {values['vocab_size']}-token vocabulary")
 
 
 PRESETS: dict[str, RobertaConfig] = {

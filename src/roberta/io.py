@@ -44,15 +44,20 @@ def atomic_directory(dst: str | Path, replace_if: tuple[str, ...] = CHECKPOINT_M
     tmp = make_temporary_directory(dst)
     try:
         yield tmp
-        if dst.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-            os.replace(dst, old / dst.name)
-            os.replace(tmp, dst)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, dst)
+        publish_directory(tmp, dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def publish_directory(tmp: Path, dst: Path) -> None:
+    """Rename the finished directory `tmp` onto `dst`, replacing an existing `dst` directory whole."""
+    if not dst.exists():
+        os.replace(tmp, dst)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+    os.replace(dst, old / dst.name)
+    os.replace(tmp, dst)
+    shutil.rmtree(old)
 
 
 def make_temporary_directory(dst: Path) -> Path:
@@ -72,7 +77,7 @@ def atomic_write(dst: str | Path, mode: str = "w", encoding: str | None = "utf-8
     try:
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
-        os.replace(tmp, dst)
+        publish(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)
 

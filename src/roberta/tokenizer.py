@@ -23,8 +23,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +34,7 @@ import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from roberta.errors import UserError
+from roberta.io import atomic_directory, atomic_write
 
 # GPT-2's pre-tokenizer; `tokenizers`' ByteLevel pre-tokenizer uses the same expression.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -466,6 +465,9 @@ class Tokenizer:
         """Text of `ids`; exactly the encoded text for byte-level BPE. Bytes that do not form UTF-8
         (a sequence cut inside a character) become U+FFFD."""
         ids = [int(i) for i in ids]
+        outside = [i for i in ids if not 0 <= i < len(self._tokens)]
+        if outside:
+            raise UserError(f"id {outside[0]} is outside the vocabulary of {len(self._tokens)} tokens (0..{len(self._tokens) - 1})")
         if skip_special_tokens:
             ids = [i for i in ids if not self._special[i]]
         if self.kind == "wordpiece":
@@ -479,9 +481,8 @@ class Tokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for name, data in self._files.items():
-            tmp = directory / f".{name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, directory / name)
+            with atomic_write(directory / name, "wb") as f:
+                f.write(data)
 
 
 def _truncated_lengths(lengths: list[int], budget: int, truncation: Truncation, max_length: int) -> list[int]:
@@ -558,9 +559,14 @@ def train_tokenizer(
     bar = tqdm(total=None if compressed else sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
                desc="reading text", disable=not progress)
 
+    sentences = 0
+
     def sentence_batches() -> Iterator[list[str]]:
+        nonlocal sentences
         for chunk in iter_chunks(paths, 1 << 20, options):
-            yield chunk_sentences(chunk, options)[0]
+            batch = chunk_sentences(chunk, options)[0]
+            sentences += len(batch)
+            yield batch
             bar.update(len(chunk.data))
 
     engine = tokenizers.Tokenizer(models.BPE())
@@ -570,20 +576,16 @@ def train_tokenizer(
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=progress)
     engine.train_from_iterator(sentence_batches(), trainer)
     bar.close()
+    if not sentences:
+        shown = ", ".join(map(str, paths[:3])) + (" ..." if len(paths) > 3 else "")
+        raise UserError(f"{shown}: empty corpus (no non-blank lines)")
     model = json.loads(engine.to_str())["model"]
     vocab = dict(sorted(model["vocab"].items(), key=lambda item: item[1]))
     vocab[BYTE_LEVEL_SPECIALS["mask"]] = len(vocab)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    # replace_if=(): only an empty `out` may be replaced, as checked above.
+    with atomic_directory(out, replace_if=()) as staging:
         (staging / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
         (staging / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return Tokenizer.from_hf(out / "vocab.json", out / "merges.txt")

@@ -63,6 +63,7 @@ class Split:
         self.directory = directory
         self.name = name
         self.dtype = dtype
+        self._shard_counts = shard_counts
         self._shards = [k for k, c in enumerate(shard_counts) if c["sentences"] > 0]
         tokens = [shard_counts[k]["tokens"] for k in self._shards]
         # Token offset of each non-empty shard in the split's stream (+ the total at the end).
@@ -74,9 +75,7 @@ class Split:
         sentence_parts, document_parts = [], []
         sentence_base = 0
         for i, k in enumerate(self._shards):
-            stem = self.directory / shard_stem(self.name, k)
-            sent = np.load(f"{stem}.sentences.npy", mmap_mode="r")
-            docs = np.load(f"{stem}.documents.npy", mmap_mode="r")
+            sent, docs = self._checked_shard(k, self._shard_counts[k])
             if len(self._shards) == 1:
                 return sent, docs  # the common case: views straight onto the files, no copy
             sentence_parts.append(sent[:-1] + self._shard_starts[i])
@@ -85,6 +84,34 @@ class Split:
         sentence_parts.append(np.array([self._shard_starts[-1]], dtype=np.int64))
         document_parts.append(np.array([sentence_base], dtype=np.int64))
         return np.concatenate(sentence_parts), np.concatenate(document_parts)
+
+    def _checked_shard(self, k: int, counts: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Shard k's offset arrays, after checking its files hold what meta.json says.
+
+        A `.bin` cut short (a copy interrupted, a full disk) would otherwise read as a shorter
+        stream, or fail deep inside training; offsets past its end are refused here, on open.
+        """
+        stem = self.directory / shard_stem(self.name, k)
+        bin_path = Path(f"{stem}.bin")
+        expected = counts["tokens"] * self.dtype.itemsize
+        size = bin_path.stat().st_size if bin_path.is_file() else None
+        if size != expected:
+            found = "is missing" if size is None else f"has {size} bytes"
+            raise UserError(f"{bin_path}: {found}, but {META} says {counts['tokens']} tokens ({expected} bytes): "
+                            "the corpus is damaged (prepare it again)")
+        arrays = []
+        for name, length, last in (("sentences", counts["sentences"], counts["tokens"]),
+                                   ("documents", counts["documents"], counts["sentences"])):
+            path = Path(f"{stem}.{name}.npy")
+            try:
+                array = np.load(path, mmap_mode="r")
+            except (OSError, ValueError) as e:
+                raise UserError(f"{path}: unreadable offsets ({e}): the corpus is damaged (prepare it again)") from None
+            if array.shape != (length + 1,) or array[-1] != last:
+                raise UserError(f"{path}: offsets of shape {list(array.shape)} do not end at {last} as {META}'s "
+                                f"counts say ({length + 1} offsets): the corpus is damaged (prepare it again)")
+            arrays.append(array)
+        return arrays[0], arrays[1]
 
     @property
     def num_tokens(self) -> int:
@@ -204,14 +231,15 @@ def read_meta(directory: Path) -> dict:
     return meta
 
 
-def check_tokenizer(corpus_dir: str | Path, tokenizer) -> None:
-    """Raise a UserError unless the corpus was prepared with this tokenizer (same fingerprint)."""
+def check_tokenizer(corpus_dir: str | Path, tokenizer, what: str = "the model") -> None:
+    """Raise a UserError unless the corpus was prepared with this tokenizer (same fingerprint);
+    `what` names whose tokenizer it is in the message."""
     meta = read_meta(Path(corpus_dir))
     prepared = meta["tokenizer"]["fingerprint"]
     expected = tokenizer.fingerprint()
     if prepared != expected:
         raise UserError(
-            f"{Path(corpus_dir) / META}: field 'tokenizer.fingerprint' is {prepared}, but the model's "
+            f"{Path(corpus_dir) / META}: field 'tokenizer.fingerprint' is {prepared}, but {what}'s "
             f"tokenizer is {expected}: the corpus was prepared with another tokenizer (run `roberta prepare` "
             "again with the model's tokenizer)"
         )

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from roberta.data import corpus as layout
 from roberta.data.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
 from roberta.errors import UserError
+from roberta.io import publish_directory, write_json
 
 PROGRESS = "progress.json"
 PARAMS = "params.json"
@@ -157,10 +158,7 @@ class Progress:
     shards: list = dataclasses.field(default_factory=list)  # per shard: {"train": counts, "valid": counts}
 
     def save(self, directory: Path) -> None:
-        record = dataclasses.asdict(self)
-        tmp = directory / (PROGRESS + ".tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, directory / PROGRESS)
+        write_json(directory / PROGRESS, dataclasses.asdict(self))
 
     @classmethod
     def load(cls, directory: Path) -> Progress:
@@ -200,11 +198,13 @@ def prepare(
         raise UserError(f"--errors must be 'strict' or 'replace', not {errors!r}")
     if not 0.0 <= valid_fraction < 1.0:
         raise UserError(f"--valid-fraction must be in [0, 1), not {valid_fraction}")
-    workers = workers or os.cpu_count() or 1
+    workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1 or chunk_bytes < 1 or shard_bytes < 1:
         raise UserError("--workers, chunk and shard sizes must be positive")
     if out_dir.exists() and not overwrite:
         raise UserError(f"{out_dir}: already exists (pass --overwrite to replace it)")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: exists and is not a directory (--overwrite replaces a corpus directory only)")
     files = expand_inputs(inputs)
     options = InputOptions(line_is_document=line_is_document, jsonl_text_field=jsonl_text_field, errors=errors)
 
@@ -221,16 +221,16 @@ def prepare(
         },
     }
     partial = out_dir.with_name(out_dir.name + ".partial")
-    state = _resume_or_start(partial, params, [p.stat().st_mtime_ns for p in files])
     try:
+        state = _resume_or_start(partial, params, [p.stat().st_mtime_ns for p in files])
         _run(files, str(tokenizer_dir), ChunkEncoder(tokenizer, options), params, partial, state, workers, progress)
         _finish(partial, params, state, tokenizer)
-    except UserError:
+        publish_directory(partial, out_dir)
+    except Exception:
+        # A refused or failed run leaves nothing a rerun would take for progress. Only a killed
+        # (or interrupted) one keeps `.partial`, and with it the finished shards to resume from.
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(partial, out_dir)
     return out_dir
 
 
@@ -394,6 +394,6 @@ def _finish(partial: Path, params: dict, state: Progress, tokenizer) -> None:
         "num_shards": len(state.shards),
         "splits": splits,
     }
-    (partial / layout.META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_json(partial / layout.META, meta)
     for name in (PROGRESS, PARAMS):
         (partial / name).unlink()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -88,6 +90,25 @@ def _open(path: Path) -> io.BufferedIOBase:
     return open(path, "rb", buffering=1 << 20)
 
 
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Read errors, a broken .gz above all, as one UserError naming the file.
+
+    Wraps a generator's body: an error in the consumer is not thrown in here, it closes the
+    generator, so only reading errors arrive.
+    """
+    try:
+        yield
+    except EOFError:
+        raise UserError(f"{path}: truncated gzip file (the compressed data ends early)") from None
+    except gzip.BadGzipFile as e:
+        raise UserError(f"{path}: not valid gzip ({e})") from None
+    except zlib.error as e:
+        raise UserError(f"{path}: corrupt gzip data ({e})") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
 def _is_blank(line: bytes) -> bool:
     return not line.strip()
 
@@ -103,7 +124,7 @@ def iter_chunks(
         one_line_documents = options.line_is_document or is_jsonl(path)
         if file_index != position.file:
             position = Position(file=file_index)
-        with _open(path) as f:
+        with _reading(path), _open(path) as f:
             if position.offset:
                 f.seek(position.offset)
             while True:
