@@ -1,8 +1,9 @@
 """The `roberta` command: one verb per stage of the pipeline.
 
 Each verb is a `_<verb>(subparsers)` function that declares its options and binds a handler;
-handlers import their module lazily so that `roberta --help` stays instant. A `UserError`
-anywhere becomes one line on stderr and exit status 2.
+handlers import their module lazily so that `roberta --help` stays instant. A `UserError` or
+an `OSError` (a file or place that cannot be used) anywhere becomes one line on stderr and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -144,12 +145,11 @@ def _pretrain(subparsers) -> None:
     p.set_defaults(overrides=[])
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.pretrain import pretrain
+        from roberta.tasks.pretrain import load_pretrain_job, pretrain
         from roberta.train import distributed
-        from roberta.train.config import load_job_config
 
         extra = [f"--train.scale={args.scale}"] if args.scale is not None else []
-        job = load_job_config(args.config, [*args.overrides, *extra])
+        job = load_pretrain_job(args.config, [*args.overrides, *extra])
         result = pretrain(
             job, args.data, args.out, tokenizer=args.tokenizer, resume=args.resume, init_from=args.init_from
         )
@@ -163,9 +163,12 @@ def _pretrain(subparsers) -> None:
 
 def _load_hub(args: argparse.Namespace):
     """The checkpoint as a hub, on --device, with --batch-tokens."""
-    from roberta.hub import load
+    from roberta.hub import check_device, load
 
-    roberta = load(args.checkpoint, args.checkpoint_file).to(args.device)
+    if args.batch_tokens < 1:
+        raise UserError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
+    device = check_device(args.device)  # before the minutes a large checkpoint takes to read
+    roberta = load(args.checkpoint, args.checkpoint_file).to(device)
     roberta.batch_tokens = args.batch_tokens
     return roberta
 
@@ -299,11 +302,37 @@ def _evaluate_glue(tasks) -> None:
     p.set_defaults(handler=run)
 
 
+def _evaluate_squad(tasks) -> None:
+    p = tasks.add_parser(
+        "squad",
+        help="score SQuAD v1.1/v2.0 predictions with the official metrics",
+        description="Scores --predictions (the official format: a JSON object {question id: answer text}, "
+        "\"\" for no answer) against the official --dev JSON exactly as the official v1.1 / v2.0 "
+        "evaluation scripts do, and prints one JSON object of percentages: exact_match, f1, total, "
+        "missing (questions without a prediction, scored 0); for v2.0 also HasAns_*/NoAns_* and, with "
+        "--null-odds, best_exact/best_f1 and the thresholds that reach them.",
+    )
+    p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the dev file")
+    p.add_argument("--dev", required=True, metavar="FILE", help="official dataset JSON, e.g. dev-v2.0.json")
+    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions JSON {id: text}")
+    p.add_argument("--null-odds", metavar="FILE",
+                   help="v2.0 only: JSON {id: null score - best span score}, as the official --na-prob-file")
+
+    def run(args: argparse.Namespace) -> None:
+        import json
+
+        from roberta.tasks.squad import evaluate_squad
+
+        print(json.dumps(evaluate_squad(args.dev, args.predictions, args.version, args.null_odds)))
+
+    p.set_defaults(handler=run)
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 # `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
 FINETUNE_TASKS: list = []
-EVALUATE_TASKS: list = [_evaluate_glue]
+EVALUATE_TASKS: list = [_evaluate_glue, _evaluate_squad]
 VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
 
 
@@ -322,6 +351,14 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"roberta: warning: {message}", file=sys.stderr)
 
 
+def describe_os_error(e: OSError) -> str:
+    """'<file>: <reason>' in one line; for a failed rename the file is the destination, the
+    name the user gave (the source is a temporary that is already gone)."""
+    reason = e.strerror or str(e) or type(e).__name__
+    name = e.filename2 if e.filename2 is not None else e.filename
+    return reason if name is None else f"{name}: {reason}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Verbs that take `--section.key=value` overrides declare `overrides`; for all others an
@@ -338,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
             args.handler(args)
     except UserError as e:
         print(f"roberta: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # A file the user named, or the place it lives, cannot be used (permission, no space,
+        # a directory where a file belongs...): the environment's fault, not a bug, so one line.
+        print(f"roberta: error: {describe_os_error(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("roberta: interrupted", file=sys.stderr)

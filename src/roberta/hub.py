@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from roberta.checkpoint import check_vocabulary
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.tokenizer import Tokenizer
@@ -153,8 +154,9 @@ class Roberta(nn.Module):
         batched by length and gives one [T_i, H] tensor (or list of them) per sequence.
         """
         if isinstance(tokens, torch.Tensor):
+            batch = self._as_batch(tokens)
             with self._mode():
-                out = self.model(self._as_batch(tokens), return_all_hiddens=return_all_hiddens)
+                out = self.model(batch, return_all_hiddens=return_all_hiddens)
             return out.hidden_states if return_all_hiddens else out.last_hidden_state
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list:
@@ -193,8 +195,9 @@ class Roberta(nn.Module):
     def predict(self, head: str, tokens: torch.Tensor | TokenSeqs, return_logits: bool = False) -> torch.Tensor:
         """Log-probabilities [B, C] of the classification head `head` (its logits with `return_logits`)."""
         if isinstance(tokens, torch.Tensor):
+            batch = self._as_batch(tokens)
             with self._mode():
-                logits = self.model.classify(head, self.model(self._as_batch(tokens)).last_hidden_state)
+                logits = self.model.classify(head, self.model(batch).last_hidden_state)
         else:
             logits = torch.stack(self._batched(
                 tokens, lambda batch, _: list(self.model.classify(head, self.model(batch).last_hidden_state))))
@@ -208,6 +211,13 @@ class Roberta(nn.Module):
         and the filled text replaces ' <mask>' (or '<mask>' with no space before it) by that
         token. A list of texts gives a list of such lists, computed in batches.
         """
+        vocab = self.model.config.vocab_size
+        if self.tokenizer.vocab_size != vocab:
+            # The LM would rank ids the tokenizer cannot spell, or never predict some it can.
+            raise UserError(f"the tokenizer has {self.tokenizer.vocab_size} tokens but the model's output layer "
+                            f"{vocab}: they were not trained together")
+        if type(topk) is not int or not 1 <= topk <= vocab:
+            raise UserError(f"topk {topk!r} out of range: give 1..{vocab} (the model's vocabulary size)")
         texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
         seqs = [self._encode_masked(text) for text in texts]
 
@@ -246,12 +256,43 @@ class Roberta(nn.Module):
     # ---- batching
 
     def _as_batch(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() not in (1, 2):
+            raise UserError(f"token ids must be a 1-D sequence or a 2-D [batch, length] tensor, not {tokens.dim()}-D "
+                            f"(shape {list(tokens.shape)})")
+        self._check_ids(tokens)
         return (tokens.unsqueeze(0) if tokens.dim() == 1 else tokens).to(self.device)
+
+    def _check_ids(self, tokens: torch.Tensor, index: int | None = None) -> None:
+        """Integer ids inside the model's vocabulary, else a UserError (not an IndexError from the embedding)."""
+        where = "" if index is None else f"input {index}: "
+        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+            raise UserError(f"{where}token ids must be integers, not {tokens.dtype}")
+        if tokens.numel() == 0:
+            raise UserError(f"{where}an empty sequence of token ids")
+        vocab = self.model.config.vocab_size
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab:
+            raise UserError(f"{where}token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} (0..{vocab - 1})")
+
+    def _as_sequence(self, seq, index: int) -> torch.Tensor:
+        if isinstance(seq, (str, bytes)):
+            raise UserError(f"input {index}: token ids expected, got text {seq[:40]!r} (encode it first: roberta.encode)")
+        try:
+            tensor = torch.as_tensor(seq)
+        except (TypeError, ValueError, RuntimeError):
+            raise UserError(f"input {index}: not a sequence of token ids: {str(seq)[:60]!r}") from None
+        if tensor.dim() != 1:
+            raise UserError(f"input {index}: each sequence in a list must be 1-D, not shape {list(tensor.shape)}")
+        self._check_ids(tensor, index)
+        return tensor.long()
 
     def _batched(self, seqs: TokenSeqs, run: Callable[[torch.Tensor, list[int]], list]) -> list:
         """`run(padded batch, lengths)` over length-sorted batches; its per-row results in input order."""
+        if isinstance(seqs, (str, bytes)):
+            raise UserError(f"token ids expected, got text {seqs[:40]!r} (encode it first: roberta.encode)")
         if not seqs:
             raise UserError("an empty list of inputs")
+        seqs = [self._as_sequence(seq, i) for i, seq in enumerate(seqs)]
         lengths = [len(s) for s in seqs]
         results: list = [None] * len(seqs)
         with self._mode():
@@ -274,7 +315,25 @@ def load(path: str | Path, checkpoint_file: str | None = None, map_location: str
         path = path / checkpoint_file
         if not path.is_file():
             raise UserError(f"{path}: no such checkpoint file")
+    map_location = check_device(map_location)
     model, tokenizer = load_any(path, map_location)
     if tokenizer is None:
         raise UserError(f"{path}: no tokenizer files beside the weights (vocab.json + merges.txt, or encoder.json + vocab.bpe + dict.txt)")
+    # Our format checks this on read; HF and fairseq directories are checked here, the same way.
+    check_vocabulary(tokenizer, model.config, str(path))
     return Roberta(model, tokenizer).eval()
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """`device` as a torch.device this machine has, else a UserError naming it."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"device {device!r} unknown (e.g. cpu, cuda, cuda:1, mps)") from None
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as e:
+        # torch's messages run to a page (the list of every backend); the first sentence says it.
+        reason = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]
+        raise UserError(f"device {str(device)!r} unavailable on this machine ({reason})") from None
+    return device

@@ -7,7 +7,6 @@ name and renamed into place only when complete.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from tqdm import tqdm
 
 from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
+from roberta.io import atomic_write, publish, temporary_path
 
 CHUNK_LINES = 8192
 
@@ -48,11 +48,6 @@ def read_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[in
         yield first, chunk
 
 
-def _temporary(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return out.with_name(f".{out.name}.tmp-{os.getpid()}{out.suffix}")
-
-
 def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int = -1, pool: str = "cls",
                truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True) -> int:
     """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1."""
@@ -60,7 +55,8 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
     total = count_lines(input)
     if total == 0:
         raise UserError(f"{input}: no lines to embed")
-    tmp = _temporary(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(out)
     try:
         # Sized by the counting pass, so rows are written in place and nothing is held in memory.
         vectors = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size))
@@ -73,7 +69,7 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
                 bar.update(len(lines))
         vectors.flush()
         del vectors
-        os.replace(tmp, out)
+        publish(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     return total
@@ -107,31 +103,27 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
     total = count_lines(input) - (header or named)
     if total <= 0:
         raise UserError(f"{input}: no rows to predict")
-    tmp = _temporary(out)
-    try:
-        with tmp.open("w", encoding="utf-8") as sink, tqdm(total=total, unit="row", desc="predict", disable=not progress) as bar:
-            indices: list[int] | None = None if named or header else list(wanted)
-            wrote_header = False
-            for first, lines in read_chunks(input, chunk_lines):
-                if indices is None:
-                    indices = _header_indices(lines[0].split("\t"), wanted, input)
-                    first, lines = first + 1, lines[1:]
-                    if not lines:
-                        continue
-                fields = [_fields(line, indices, input, first + k) for k, line in enumerate(lines)]
-                texts = [f[0] for f in fields]
-                pairs = [f[1] for f in fields] if len(indices) == 2 else None
-                logits = roberta.predict(head, _encode(roberta, texts, pairs, input, first, truncate), return_logits=True)
-                logits = logits.float().cpu()
-                if not wrote_header:
-                    classes = logits.size(1)
-                    sink.write("score\n" if classes == 1 else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n")
-                    wrote_header = True
-                sink.writelines(_prediction_row(row) for row in logits)
-                bar.update(len(lines))
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(out) as sink, tqdm(total=total, unit="row", desc="predict", disable=not progress) as bar:
+        indices: list[int] | None = None if named or header else list(wanted)
+        wrote_header = False
+        for first, lines in read_chunks(input, chunk_lines):
+            if indices is None:
+                indices = _header_indices(lines[0].split("\t"), wanted, input)
+                first, lines = first + 1, lines[1:]
+                if not lines:
+                    continue
+            fields = [_fields(line, indices, input, first + k) for k, line in enumerate(lines)]
+            texts = [f[0] for f in fields]
+            pairs = [f[1] for f in fields] if len(indices) == 2 else None
+            logits = roberta.predict(head, _encode(roberta, texts, pairs, input, first, truncate), return_logits=True)
+            logits = logits.float().cpu()
+            if not wrote_header:
+                classes = logits.size(1)
+                sink.write("score\n" if classes == 1 else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n")
+                wrote_header = True
+            sink.writelines(_prediction_row(row) for row in logits)
+            bar.update(len(lines))
     return total
 
 
