@@ -1,9 +1,12 @@
-"""Shared fixtures: where the public data lives, and how tests behave when it is absent."""
+"""Shared fixtures: where the public data lives (and how tests behave when it is absent), one
+thread for micro models, and a micro corpus prepared the way a user prepares one."""
 
 import os
+import random
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,3 +25,35 @@ def shared_data() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """Micro models run faster on one thread: hand-offs between threads cost more than they share."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+MICRO_WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
+
+
+@pytest.fixture(scope="session")
+def micro_corpus(tmp_path_factory) -> Path:
+    """A 300-token byte-level BPE (ROOT/tokenizer) and a corpus prepared with it (ROOT/corpus)."""
+    from roberta.data.prepare import prepare
+    from roberta.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("micro-corpus")
+    rng = random.Random(0)
+    docs = [
+        "\n".join(" ".join(rng.choice(MICRO_WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
+                  for _ in range(rng.randint(3, 8)))
+        for _ in range(120)
+    ]
+    text = root / "text.txt"
+    text.write_text("\n\n".join(docs) + "\n")
+    train_tokenizer([text], root / "tokenizer", vocab_size=300, progress=False)
+    prepare([text], root / "tokenizer", root / "corpus", workers=1, valid_fraction=0.1, progress=False)
+    return root

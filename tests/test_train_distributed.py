@@ -10,7 +10,6 @@ import pytest
 from safetensors.torch import load_file
 
 import train_fixtures
-from train_fixtures import one_thread  # noqa: F401 (autouse below)
 
 FIXTURE = Path(__file__).with_name("train_fixtures.py")
 TORCHRUN = Path(sys.executable).with_name("torchrun")

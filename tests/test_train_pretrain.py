@@ -1,17 +1,12 @@
 """`roberta pretrain` end to end on a small prepared corpus: outputs, resume, init-from, NSP, errors."""
 
 import json
-import random
 
 import pytest
 
 from roberta import checkpoint
 from roberta.cli import main
-from roberta.data.prepare import prepare
-from roberta.tokenizer import train_tokenizer
-from train_fixtures import one_thread  # noqa: F401 (autouse below)
 
-WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
 MICRO = [
     "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
     "--model.ffn_size=128", "--data.seq_len=32", "--train.batch_size=8", "--train.micro_batch_size=4",
@@ -25,20 +20,9 @@ def _micro_models_on_one_thread(one_thread):
     yield
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    docs = [
-        "\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
-                  for _ in range(rng.randint(3, 8)))
-        for _ in range(120)
-    ]
-    text = root / "text.txt"
-    text.write_text("\n\n".join(docs) + "\n")
-    train_tokenizer([text], root / "tokenizer", vocab_size=300, progress=False)
-    prepare([text], root / "tokenizer", root / "corpus", workers=1, valid_fraction=0.1, progress=False)
-    return root
+@pytest.fixture
+def corpus(micro_corpus):
+    return micro_corpus
 
 
 def pretrain(corpus, out, *extra) -> int:

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import train_fixtures
-from train_fixtures import one_thread  # noqa: F401 (autouse below)
 from roberta import RobertaConfig, RobertaModel, UserError
 from roberta.train.run_state import list_checkpoints
-from roberta.train.config import JobConfig, ScheduleSection, apply_override, load_job_config, scaled
+from roberta.tasks.pretrain import load_pretrain_job
+from roberta.train.config import JobConfig, ScheduleSection, apply_override, budget, scaled
 from roberta.train.optim import learning_rate, parameter_groups
 from roberta.train.precision import LossScaler
 from roberta.train.trainer import TrainingDiverged, apply_update
@@ -27,7 +27,7 @@ def _micro_models_on_one_thread(one_thread):
 def test_toml_and_overrides_set_typed_fields(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('[model]\npreset = "tiny"\n[optim]\nlr = 1\nbetas = [0.9, 0.999]\n[train]\nmax_steps = 7\n')
-    job = load_job_config(path, ["--train.max_steps=9", "--train.precision=bf16", "--data.whole_word=true"])
+    job = load_pretrain_job(path, ["--train.max_steps=9", "--train.precision=bf16", "--data.whole_word=true"])
     assert job.model.preset == "tiny"
     assert job.optim.lr == 1.0 and isinstance(job.optim.lr, float)
     assert job.optim.betas == (0.9, 0.999)
@@ -58,11 +58,11 @@ def test_bad_toml_value_names_file_and_line(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('[train]\nseed = 1\nmax_steps = "many"\n')
     with pytest.raises(UserError, match=r"job\.toml:3: train\.max_steps expects int"):
-        load_job_config(path)
+        load_pretrain_job(path)
 
 
 def test_scale_shrinks_batch_steps_and_warmup_together():
-    job = scaled(load_job_config("configs/ablations/table3-batch-2k.toml", ["--train.scale=0.01"]))
+    job = scaled(load_pretrain_job("configs/ablations/table3-batch-2k.toml", ["--train.scale=0.01"]))
     assert (job.train.batch_size, job.train.max_steps, job.schedule.warmup_steps) == (21, 1250, 13)
     assert job.train.batch_size % job.train.micro_batch_size == 0
 

@@ -14,14 +14,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 from roberta.data.masking import MaskingConfig, MaskVocab, mask_tokens, masking_rng
 from roberta.model import RobertaModel
 from roberta.train import distributed
-from roberta.train.config import load_job_config
-from roberta.tasks.pretrain import NSP_LABELS, mlm_objective
+from roberta.tasks.pretrain import NSP_LABELS, load_pretrain_job, mlm_objective
 from roberta.train.trainer import TrainResult, batch_plan, train
 
 VOCAB, SEQ = 300, 32
@@ -80,23 +78,14 @@ def batches(seed: int, micro: int, rank: int, world: int, start: int, nsp: bool,
         p += 1
 
 
-@pytest.fixture
-def one_thread():
-    """Micro models run faster on one thread: hand-offs between threads cost more than they share."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def initial_model(overrides: list[str] = ()) -> RobertaModel:
-    job = load_job_config(None, [*MICRO_JOB, *overrides])
+    job = load_pretrain_job(None, [*MICRO_JOB, *overrides])
     torch.manual_seed(job.train.seed)
     return RobertaModel(job.model_config(VOCAB, PAD))
 
 
 def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, poison_at: int = -1) -> TrainResult:
-    job = load_job_config(None, [*MICRO_JOB, *overrides])
+    job = load_pretrain_job(None, [*MICRO_JOB, *overrides])
     env = distributed.setup("cpu")
     micro, _ = batch_plan(job, env.world_size)
     model = initial_model(overrides)
@@ -105,6 +94,8 @@ def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, po
         train_batches=lambda start: batches(job.train.seed, micro, env.rank, env.world_size, start, nsp, poison_at),
         eval_batches=lambda: batches(job.train.seed + 1, micro, env.rank, env.world_size, 0, nsp),
         padding_idx=PAD,
+        seq_len=job.data.seq_len,
+        mask_prob=job.data.mask_prob,
         nsp=nsp,
     )
     if poison_at >= 0:
@@ -115,10 +106,10 @@ def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, po
 def _nan_on_bad_ids(objective):
     import dataclasses
 
-    def loss(module, model, batch):
+    def loss(model, batch):
         bad = batch["input_ids"].lt(0).any()
         batch = {**batch, "input_ids": batch["input_ids"].clamp(min=0)}
-        out = objective.loss(module, model, batch)
+        out = objective.loss(model, batch)
         return {**out, "mlm": out["mlm"] * (torch.nan if bad else 1.0)}
 
     return dataclasses.replace(objective, loss=loss)

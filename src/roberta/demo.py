@@ -110,8 +110,7 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = DEMO_STEP
     from roberta.data.prepare import prepare
     from roberta.hub import load
     from roberta.tokenizer import train_tokenizer
-    from roberta.tasks.pretrain import pretrain
-    from roberta.train.config import load_job_config
+    from roberta.tasks.pretrain import load_pretrain_job, pretrain
 
     started = time.perf_counter()
     out = Path(out)
@@ -129,7 +128,7 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = DEMO_STEP
 
     print(f"[4/5] pretrain: tiny preset shrunk to 2 x 128, seq 128, batch 8, {steps} steps -> {run}")
     shutil.rmtree(run, ignore_errors=True)
-    job = load_job_config(
+    job = load_pretrain_job(
         None,
         [*DEMO_JOB, f"--train.max_steps={steps}", f"--train.eval_every={-(-steps // 3)}",
          f"--train.checkpoint_every={steps}", "--train.eval_batches=20", f"--train.seed={seed}"],

@@ -253,6 +253,10 @@ class PretrainLoader:
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             prefetch_factor=self.prefetch_factor if self.num_workers else None,
+            # DataLoader draws its workers' base seed from this generator when iteration
+            # starts; by default that is the global RNG dropout uses, which would make a fresh
+            # run and a resumed one diverge. Batches depend on (seed, epoch, step) only.
+            generator=torch.Generator().manual_seed(self.dataset.seed),
         )
         for batch in loader:
             self.step += 1

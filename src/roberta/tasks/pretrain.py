@@ -1,9 +1,8 @@
 """Pretraining: the masked-LM objective (+ NSP for the paper's pair-format baselines) and
 `roberta pretrain`, a prepared corpus and a job config → a run directory.
 
-    from roberta.train.config import load_job_config
-    from roberta.tasks.pretrain import pretrain
-    job = load_job_config("configs/pretrain-tiny.toml", ["--train.max_steps=1000"])
+    from roberta.tasks.pretrain import load_pretrain_job, pretrain
+    job = load_pretrain_job("configs/pretrain-tiny.toml", ["--train.max_steps=1000"])
     result = pretrain(job, data="corpus/", out="runs/tiny")
 
 Batches are dicts with `input_ids` [B, T] (padded with the model's padding id), `labels` [B, T]
@@ -14,25 +13,47 @@ calls the same function; each reads its own shard of the data.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from roberta.data.corpus import Corpus, check_tokenizer
 from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
-from roberta.data.packing import PAIR_FORMATS
+from roberta.data.packing import FORMATS, PAIR_FORMATS
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.train import distributed
-from roberta.train.config import JobConfig, scaled
+from roberta.train.config import JobConfig, load_job_config, scaled
+from roberta.train.metrics import training_flops_per_token
 from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan, train
+
+@dataclass(frozen=True)
+class PretrainData:
+    """The [data] section of a pretraining job: how blocks are packed and masked."""
+
+    format: str = "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair
+    masking: str = "dynamic"  # dynamic | static
+    static_copies: int = 10  # static masking: how many fixed masks each sequence gets (BERT used 10)
+    seq_len: int = 512
+    mask_prob: float = 0.15
+    whole_word: bool = False
+    span_length: int = 1  # > 1: mask spans of this many tokens (or words)
+    workers: int = 0  # DataLoader worker processes (0: batches built in the training process)
+
+    CHOICES: ClassVar = {"format": FORMATS, "masking": ("dynamic", "static")}
+    RANGES: ClassVar = {"static_copies": ">0", "seq_len": ">0", "mask_prob": "(0,1)", "span_length": ">0", "workers": ">=0"}
+
+
+def load_pretrain_job(path: str | Path | None = None, overrides: list[str] = ()) -> JobConfig:
+    """A pretraining job: the paper's recipe, then the TOML file, then the overrides."""
+    return load_job_config(path, overrides, data=PretrainData())
+
 
 NSP_HEAD = "nsp"
 NSP_LABELS = "nsp_labels"
@@ -42,6 +63,8 @@ def mlm_objective(
     train_batches: Callable[[int], Iterator[Batch]],
     eval_batches: Callable[[], Iterable[Batch]],
     padding_idx: int,
+    seq_len: int,
+    mask_prob: float,
     nsp: bool = False,
 ) -> Objective:
     def add_heads(model: RobertaModel) -> None:
@@ -61,16 +84,20 @@ def mlm_objective(
         name="pretrain",
         add_heads=add_heads,
         train_batches=train_batches,
-        eval_batches=eval_batches,
+        eval_sets={"valid": eval_batches},
         counts=counts,
-        loss=lambda module, model, batch: mlm_loss(module, model, batch, nsp),
+        loss=lambda model, batch: mlm_loss(model, batch, nsp),
         metrics=mlm_metrics,
         tokens=tokens,
+        # The LM head runs on the masked positions only: count it there.
+        flops_per_token=lambda config: training_flops_per_token(config, seq_len, head_tokens=mask_prob),
+        best_metric="loss",
+        higher_is_better=False,
     )
 
 
-def mlm_loss(module: nn.Module, model: RobertaModel, batch: Batch, nsp: bool) -> dict[str, torch.Tensor]:
-    hidden = module(batch["input_ids"]).last_hidden_state
+def mlm_loss(model: RobertaModel, batch: Batch, nsp: bool) -> dict[str, torch.Tensor]:
+    hidden = model(batch["input_ids"]).last_hidden_state
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
     # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small model's FLOPs).
@@ -87,7 +114,7 @@ def mlm_loss(module: nn.Module, model: RobertaModel, batch: Batch, nsp: bool) ->
     return out
 
 
-def mlm_metrics(sums: dict[str, float]) -> dict[str, float]:
+def mlm_metrics(sums: dict[str, float], examples: dict | None = None) -> dict[str, float]:
     """loss (nats per masked token), perplexity, masked-token accuracy; NSP loss and accuracy if present."""
     n = max(sums["mlm_count"], 1.0)
     loss = sums["mlm"] / n
@@ -129,7 +156,9 @@ def pretrain(
     if init_from is not None:
         from roberta.convert import load_any
 
-        model, _ = load_any(init_from)
+        model, init_tokenizer = load_any(init_from)
+        if init_tokenizer is not None:
+            check_tokenizer(data, init_tokenizer, what=f"--init-from {init_from}")
         if model.config.vocab_size != specials.vocab_size or model.config.padding_idx != specials.pad_id:
             raise UserError(
                 f"--init-from {init_from}: the model has {model.config.vocab_size} tokens (padding id "
@@ -163,11 +192,12 @@ def pretrain(
         ),
         eval_batches=lambda: PretrainLoader(valid_set, epochs=1),
         padding_idx=specials.pad_id,
+        seq_len=job.data.seq_len,
+        mask_prob=job.data.mask_prob,
         nsp=job.data.format in PAIR_FORMATS,
     )
-    if env.is_main:
-        _write_job(out, job, data, init_from)
-    return train(model, objective, job, out, tokenizer=tok, resume=resume, env=env)
+    run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
+    return train(model, objective, job, out, tokenizer=tok, resume=resume, env=env, run_info=run_info)
 
 
 def _find_tokenizer(data: Path, given: str | Path | None):
@@ -179,11 +209,3 @@ def _find_tokenizer(data: Path, given: str | Path | None):
         if any((candidate / name).is_file() for name in TOKENIZER_FILES):
             return load_tokenizer(candidate)
     return None
-
-
-def _write_job(out: Path, job: JobConfig, data, init_from) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"job": job.to_dict(), "data": str(data), "init_from": str(init_from) if init_from else None}
-    tmp = out / ".job.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, out / "job.json")

@@ -1,8 +1,12 @@
 """The job configuration: typed dataclasses read from TOML and overridden with `--section.key=value`.
 
 A job file has the sections [model], [data], [optim], [schedule] and [train]; every key is a
-field below, every field has a default, so a file only states what differs. `train.scale`
-shrinks a paper-sized recipe by one number (see `scaled`).
+field below, every field has a default, so a file only states what differs. [data] belongs to
+the task: its dataclass is passed in by the task (`load_job_config(..., data=PretrainData)`), so
+a fine-tuning job has no masking or packing options. Each section may declare `CHOICES` (allowed
+values) and `RANGES` (bounds) for its fields; a value outside them is refused with its source.
+`train.scale` shrinks a paper-sized recipe by one number (see `scaled`); `budget` turns epochs
+and fractions into steps once the task knows how many batches an epoch holds.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
@@ -31,17 +36,16 @@ class ModelSection:
     dropout: float | None = None
     attention_dropout: float | None = None
 
+    CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large")}
+    RANGES: ClassVar = {
+        "hidden_size": ">0", "num_layers": ">0", "num_heads": ">0", "ffn_size": ">0", "max_positions": ">0",
+        "dropout": "[0,1)", "attention_dropout": "[0,1)",
+    }
+
 
 @dataclass(frozen=True)
-class DataSection:
-    format: str = "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair
-    masking: str = "dynamic"  # dynamic | static
-    static_copies: int = 10  # static masking: how many fixed masks each sequence gets (BERT used 10)
-    seq_len: int = 512
-    mask_prob: float = 0.15
-    whole_word: bool = False
-    span_length: int = 1  # > 1: mask spans of this many tokens (or words)
-    workers: int = 0  # DataLoader worker processes (0: batches built in the training process)
+class NoData:
+    """The [data] section of a job whose task reads no job-level data options."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class OptimSection:
     weight_decay: float = 0.01
     clip_norm: float = 0.0  # 0 = no clipping (the paper's setting)
 
+    RANGES: ClassVar = {"lr": ">0", "eps": ">0", "weight_decay": ">=0", "clip_norm": ">=0", "betas": "[0,1)"}
+
 
 @dataclass(frozen=True)
 class ScheduleSection:
@@ -60,6 +66,12 @@ class ScheduleSection:
     power: float = 1.0  # polynomial decay exponent
     end_lr: float = 0.0
     decay_fraction: float = 0.1  # wsd: the last fraction of steps that decays
+    warmup_fraction: float = 0.0  # > 0: warmup is this fraction of all updates (replaces warmup_steps)
+
+    CHOICES: ClassVar = {"kind": ("linear", "polynomial", "wsd")}
+    RANGES: ClassVar = {
+        "warmup_steps": ">=0", "power": ">0", "end_lr": ">=0", "decay_fraction": "[0,1]", "warmup_fraction": "[0,1)"
+    }
 
 
 @dataclass(frozen=True)
@@ -67,23 +79,34 @@ class TrainSection:
     batch_size: int = 8192  # sequences per optimizer step, over all ranks
     micro_batch_size: int = 32  # sequences per forward pass on one rank
     max_steps: int = 500000
+    epochs: float = 0.0  # > 0: the budget is this many passes over the training data (replaces max_steps)
     scale: float = 1.0  # multiplies batch_size, max_steps and warmup_steps (Table 3 keeps equal compute)
     seed: int = 1
     precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
     parallel: str = "ddp"  # ddp | fsdp
     device: str = "auto"  # auto | cpu | cuda
     log_every: int = 10
-    eval_every: int = 1000
-    eval_batches: int = 50  # micro-batches of the held-out split per evaluation, per rank
-    checkpoint_every: int = 1000
+    eval_every: int = 1000  # 0: at the end of every epoch
+    eval_batches: int = 50  # micro-batches of each held-out set per evaluation, per rank; 0 = all
+    checkpoint_every: int = 1000  # 0: at the end of every epoch
     keep_last: int = 3
+    best_metric: str = ""  # the evaluation figure RUN/best/ is chosen by ("" = the task's own)
     peak_tflops: float = 0.0  # for MFU; 0 = known GPU table or a measured CPU matmul peak
+
+    CHOICES: ClassVar = {
+        "precision": ("auto", "fp32", "bf16", "fp16"), "parallel": ("ddp", "fsdp"), "device": ("auto", "cpu", "cuda")
+    }
+    RANGES: ClassVar = {
+        "batch_size": ">0", "micro_batch_size": ">0", "max_steps": ">0", "epochs": ">=0", "scale": ">0",
+        "log_every": ">0", "eval_every": ">=0", "eval_batches": ">=0", "checkpoint_every": ">=0",
+        "keep_last": ">=0", "peak_tflops": ">=0",
+    }
 
 
 @dataclass(frozen=True)
 class JobConfig:
     model: ModelSection = field(default_factory=ModelSection)
-    data: DataSection = field(default_factory=DataSection)
+    data: object = field(default_factory=NoData)  # the task's dataclass
     optim: OptimSection = field(default_factory=OptimSection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
     train: TrainSection = field(default_factory=TrainSection)
@@ -98,19 +121,14 @@ class JobConfig:
         return dataclasses.asdict(self)
 
 
-CHOICES = {
-    "data.format": ("full-sentences", "doc-sentences", "segment-pair", "sentence-pair"),
-    "data.masking": ("dynamic", "static"),
-    "schedule.kind": ("linear", "polynomial", "wsd"),
-    "train.precision": ("auto", "fp32", "bf16", "fp16"),
-    "train.parallel": ("ddp", "fsdp"),
-    "train.device": ("auto", "cpu", "cuda"),
-    "model.preset": ("tiny", "medium", "base", "large"),
-}
+def load_job_config(
+    path: str | Path | None = None, overrides: list[str] = (), data: object = NoData(), defaults: list[str] = ()
+) -> JobConfig:
+    """Read a TOML job file (or start from defaults) and apply `--section.key=value` overrides.
 
-
-def load_job_config(path: str | Path | None = None, overrides: list[str] = ()) -> JobConfig:
-    """Read a TOML job file (or start from defaults) and apply `--section.key=value` overrides."""
+    `data` is the task's [data] section with its defaults; `defaults` are overrides a task
+    applies before the file (its own recipe), so the file and the command line still win.
+    """
     values: dict[str, dict] = {}
     lines: list[str] = []
     source = "defaults"
@@ -121,12 +139,18 @@ def load_job_config(path: str | Path | None = None, overrides: list[str] = ()) -
             text = path.read_text()
         except FileNotFoundError:
             raise UserError(f"{path}: no such config file") from None
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        except OSError as e:
+            raise UserError(f"{path}: cannot read ({e.strerror})") from None
         try:
             values = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise UserError(f"{path}: invalid TOML ({e})") from None
         lines = text.splitlines()
-    job = JobConfig()
+    job = JobConfig(data=data)
+    for item in defaults:
+        job = apply_override(job, item)
     for section, table in values.items():
         if not isinstance(table, dict):
             raise UserError(f"{source}:{_line_of(lines, section)}: {section!r} is not a [section]")
@@ -157,12 +181,16 @@ def _set(job: JobConfig, key: str, value, where: str) -> JobConfig:
     if section_name not in sections:
         raise UserError(f"{where}: unknown section {section_name!r} (known: {', '.join(sorted(sections))})")
     section = getattr(job, section_name)
-    hints = typing.get_type_hints(type(section))
+    hints = {k: v for k, v in typing.get_type_hints(type(section)).items() if typing.get_origin(v) is not ClassVar}
     if name not in hints:
         raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(f'{section_name}.{k}' for k in hints)})")
     value = _coerce(value, hints[name], key, where)
-    if key in CHOICES and value not in CHOICES[key]:
-        raise UserError(f"{where}: {key} = {value!r} is not one of {', '.join(CHOICES[key])}")
+    choices = getattr(section, "CHOICES", {}).get(name)
+    if choices and value not in choices:
+        raise UserError(f"{where}: {key} = {value!r} is not one of {', '.join(choices)}")
+    bounds = getattr(section, "RANGES", {}).get(name)
+    if bounds and value is not None and not all(_within(v, bounds) for v in (value if isinstance(value, tuple) else (value,))):
+        raise UserError(f"{where}: {key} = {value!r} is out of range (must be {_describe(bounds)})")
     return dataclasses.replace(job, **{section_name: dataclasses.replace(section, **{name: value})})
 
 
@@ -190,6 +218,19 @@ def _coerce(value, hint, key: str, where: str):
     wanted = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
     raise UserError(f"{where}: {key} expects {wanted}, got {value!r}")
 
+
+
+def _within(value: float, bounds: str) -> bool:
+    if bounds in (">0", ">=0"):
+        return value > 0 if bounds == ">0" else value >= 0
+    low, high = bounds[1:-1].split(",")
+    above = value >= float(low) if bounds[0] == "[" else value > float(low)
+    below = value <= float(high) if bounds[-1] == "]" else value < float(high)
+    return above and below
+
+
+def _describe(bounds: str) -> str:
+    return {">0": "positive", ">=0": "zero or more"}.get(bounds, f"in {bounds}")
 
 
 def _line_of(lines: list[str], key: str) -> int:
@@ -221,4 +262,23 @@ def scaled(job: JobConfig) -> JobConfig:
         job.train, batch_size=batch, micro_batch_size=micro, max_steps=shrink(job.train.max_steps), scale=1.0
     )
     schedule = dataclasses.replace(job.schedule, warmup_steps=shrink(job.schedule.warmup_steps))
+    return dataclasses.replace(job, train=train, schedule=schedule)
+
+
+def budget(job: JobConfig, updates_per_epoch: int | None) -> JobConfig:
+    """Steps from epochs, warmup from its fraction, and per-epoch evaluation and checkpoints
+    (`eval_every` / `checkpoint_every` = 0), once the task knows its epoch length."""
+    t, schedule = job.train, job.schedule
+    needs_epoch = t.epochs > 0 or t.eval_every == 0 or t.checkpoint_every == 0
+    if needs_epoch and not updates_per_epoch:
+        raise UserError("train.epochs, eval_every = 0 and checkpoint_every = 0 need a task with a fixed epoch length")
+    max_steps = max(1, math.ceil(t.epochs * updates_per_epoch)) if t.epochs > 0 else t.max_steps
+    train = dataclasses.replace(
+        t,
+        max_steps=max_steps,
+        eval_every=t.eval_every or updates_per_epoch,
+        checkpoint_every=t.checkpoint_every or updates_per_epoch,
+    )
+    if schedule.warmup_fraction > 0:
+        schedule = dataclasses.replace(schedule, warmup_steps=max(1, round(schedule.warmup_fraction * max_steps)))
     return dataclasses.replace(job, train=train, schedule=schedule)

@@ -48,27 +48,24 @@ def setup(device: str = "auto") -> Dist:
     return Dist(rank=rank, world_size=world_size, device=torch_device)
 
 
-def wrap(model: nn.Module, parallel: str, env: Dist) -> nn.Module:
-    """The module the loop runs: the model itself, DDP around it, or the model sharded in place."""
+def wrap(module: nn.Module, layers: nn.ModuleList, parallel: str, env: Dist) -> nn.Module:
+    """The module the loop runs: `module` itself, DDP around it, or sharded in place (FSDP2:
+    one unit per encoder layer in `layers`, the root holding the rest)."""
     if env.world_size == 1:
-        return model
+        return module
     if parallel == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(env.device.type, (env.world_size,))
-        for layer in model.layers:
+        for layer in layers:
             fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        return model
+        fully_shard(module, mesh=mesh)
+        return module
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [env.device.index] if env.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
-
-
-def unwrap(module: nn.Module) -> nn.Module:
-    return module.module if hasattr(module, "no_sync") and hasattr(module, "module") else module
+    return DistributedDataParallel(module, device_ids=ids)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from roberta.config import RobertaConfig
+from roberta.errors import UserError
+from roberta.io import atomic_write
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
@@ -54,15 +56,25 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = [r for r in read_metrics(self.path) if r["step"] <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, self.path)
+        with atomic_write(self.path) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in kept))
 
 
 def read_metrics(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl. A torn last line (the process was killed while appending
+    it) is dropped: its step lies past the last checkpoint, so a resumed run writes it again."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise UserError(f"{path}:{number}: invalid JSON record (not a torn last line; the file was edited?)") from None
+    return records
 
 
 def plot_curves(records: list[dict], out: Path) -> Path:
@@ -99,13 +111,14 @@ def plot_curves(records: list[dict], out: Path) -> Path:
     return out
 
 
-def training_flops_per_token(config: RobertaConfig, seq_len: int, masked_fraction: float) -> float:
+def training_flops_per_token(config: RobertaConfig, seq_len: int, head_tokens: float = 0.0) -> float:
     """6 FLOPs per parameter per token (forward + backward) in the layers, attention scores,
-    and the LM head counted only on the masked fraction it actually runs on."""
+    and the LM head counted only on the fraction of tokens it actually runs on (`head_tokens`:
+    the masking rate in pretraining, 0 for a task that reads only `<s>` or span logits)."""
     h, layers = config.hidden_size, config.num_layers
     layer_params = layers * (4 * h * h + 2 * h * config.ffn_size)
     attention = layers * 2 * 2 * seq_len * h  # QK^T and AV, forward
-    lm_head = masked_fraction * (h * h + h * config.vocab_size)
+    lm_head = head_tokens * (h * h + h * config.vocab_size)
     return 6 * layer_params + 3 * attention + 6 * lm_head
 
 

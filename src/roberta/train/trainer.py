@@ -17,15 +17,19 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
+from roberta import checkpoint
+from roberta.config import RobertaConfig
 from roberta.errors import UserError
+from roberta.io import write_json
 from roberta.model import RobertaModel
 from roberta.train import distributed, run_state
-from roberta.train.config import JobConfig
-from roberta.train.metrics import MetricsLog, peak_flops, training_flops_per_token
+from roberta.train.config import JobConfig, budget
+from roberta.train.metrics import METRICS_FILE, MetricsLog, peak_flops, read_metrics
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 from roberta.train.precision import LossScaler, autocast, resolve_precision
 
@@ -38,28 +42,58 @@ class Objective:
 
     counts: per loss term, the number of items its summed loss averages over (masked tokens,
         sequences); known before the forward pass so the global normaliser can be all-reduced.
-    loss: (module, model, batch) → summed loss per term (same keys as counts) plus any other
-        summed statistics (e.g. correct predictions). `module` runs the encoder (it may be DDP);
-        `model` is the plain RobertaModel for `lm_logits` and `classify`.
-    metrics: summed statistics and counts over many batches → the figures reported.
+    loss: (model, batch) → summed loss per term (same keys as counts) plus any other summed
+        statistics (e.g. correct predictions), as 0-d tensors; under the key EXAMPLES, optionally,
+        a dict of per-example 1-d tensors (predictions, labels, example ids) that evaluation
+        gathers from every rank. It runs inside the wrapped (DDP/FSDP) module, heads included.
+    metrics: (summed statistics and counts, gathered per-example arrays) → the figures reported.
+    eval_sets: named held-out sets (MNLI has two), each this rank's share of its batches.
+    flops_per_token: the model config → training FLOPs per token, for MFU.
+    batches_per_epoch: this rank's micro-batches in one epoch, where an epoch has a fixed length
+        (budgets in epochs, evaluation each epoch).
+    best_metric: the evaluation figure that picks RUN/best/ ("set/figure" with several sets).
     """
 
     name: str
     add_heads: Callable[[RobertaModel], None]
     train_batches: Callable[[int], Iterator[Batch]]  # this rank's micro-batches from a position
-    eval_batches: Callable[[], Iterable[Batch]]  # this rank's share of the held-out split
+    eval_sets: dict[str, Callable[[], Iterable[Batch]]]
     counts: Callable[[Batch], dict[str, float]]
-    loss: Callable[[nn.Module, RobertaModel, Batch], dict[str, torch.Tensor]]
-    metrics: Callable[[dict[str, float]], dict[str, float]]
+    loss: Callable[[RobertaModel, Batch], dict]
+    metrics: Callable[[dict[str, float], dict[str, np.ndarray]], dict[str, float]]
     tokens: Callable[[Batch], int]  # real (non-padding) tokens, for throughput
+    flops_per_token: Callable[[RobertaConfig], float]
+    batches_per_epoch: int | None = None
+    best_metric: str | None = None
+    higher_is_better: bool = True
+
+
+EXAMPLES = "examples"
+BEST_DIR = "best"
+JOB_FILE = "job.json"
+RESULTS_FILE = "results.json"
 
 
 @dataclass(frozen=True)
 class TrainResult:
     step: int
     checkpoint: Path | None
-    valid: dict[str, float]  # the last evaluation's figures
+    valid: dict[str, float]  # the last evaluation's figures ("set/figure" with several sets)
     skipped_steps: int
+    best: dict | None = None  # {"metric", "value", "step"} of RUN/best/, if the task keeps one
+
+
+class _TaskModule(nn.Module):
+    """The model and a task's loss as one module, so that DDP and FSDP see every parameter the
+    task uses (heads included) inside their forward."""
+
+    def __init__(self, model: RobertaModel, loss: Callable[[RobertaModel, Batch], dict]):
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, batch: Batch) -> dict:
+        return self.loss(self.model, batch)
 
 
 class TrainingDiverged(UserError):
@@ -87,13 +121,26 @@ def train(
     tokenizer=None,
     resume: bool = False,
     env: distributed.Dist | None = None,
+    run_info: dict | None = None,
 ) -> TrainResult:
-    """Train `model` (a plain module, on the CPU, with this run's initial weights) on `objective`."""
+    """Train `model` (a plain module, on the CPU, with this run's initial weights) on `objective`.
+
+    Everything a command could refuse (a missing or incompatible checkpoint to resume, a batch
+    plan that does not divide) is checked before anything is written to `run_dir`.
+    """
     run_dir = Path(run_dir)
     env = env or distributed.setup(job.train.device)
-    cfg = job.train
     micro, accumulation = batch_plan(job, env.world_size)
+    per_epoch = objective.batches_per_epoch // accumulation if objective.batches_per_epoch else None
+    if objective.batches_per_epoch is not None and not per_epoch:
+        raise UserError(
+            f"{objective.name}: an epoch holds {objective.batches_per_epoch} micro-batches per rank, fewer than "
+            f"the {accumulation} one update needs (train.batch_size = {job.train.batch_size})"
+        )
+    job = budget(job, per_epoch)
+    cfg = job.train
     objective.add_heads(model)
+    best_metric = cfg.best_metric or objective.best_metric
 
     state = None
     if resume:
@@ -101,26 +148,31 @@ def train(
         if found is None:
             raise UserError(f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}")
         state = run_state.load_trainer_state(found)
-        _load_model_weights(model, found)
+        _load_model_weights(model, found, tokenizer)
+        if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro * env.world_size:
+            raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
     model.to(env.device)
-    module = distributed.wrap(model, cfg.parallel, env)
+    module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, env)
     optimizer = build_optimizer(module, job.optim)
     precision = resolve_precision(cfg.precision, env.device)
     scaler = LossScaler(enabled=precision == "fp16")
     step = 0
+    best = None
     torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout differs across ranks, reproducibly
     if state is not None:
         step = int(state["step"])
+        best = state.get("best")
         _load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, env)
         scaler.load_state_dict(state["scaler"])
         if len(state["rng"]) == env.world_size:
             run_state.set_rng_state(state["rng"][env.rank])
-        if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro * env.world_size:
-            raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
 
+    if env.is_main:  # validated: now the run directory may change
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / JOB_FILE, {"job": job.to_dict(), **(run_info or {})})
     log = MetricsLog(run_dir, resume_step=step if state else None) if env.is_main else None
     params = [p for p in module.parameters() if p.requires_grad]
-    flops_per_token = training_flops_per_token(model.config, job.data.seq_len, job.data.mask_prob)
+    flops_per_token = objective.flops_per_token(model.config)
     peak = peak_flops(env.device, precision, cfg.peak_tflops) * env.world_size
     batches = objective.train_batches(step * accumulation)
     last_checkpoint = run_state.latest_checkpoint(run_dir) if env.is_main else None
@@ -140,9 +192,11 @@ def train(
             for i, batch in enumerate(micro_batches):
                 with distributed.gradient_sync(module, enabled=i == accumulation - 1):
                     with autocast(precision, env.device):
-                        out = objective.loss(module, model, batch)
+                        out = module(batch)
+                    out.pop(EXAMPLES, None)
                     loss = sum(out[k].float() / counts[k] for k in counts) * env.world_size
                     scaler.scaled(loss).backward()
+                run_state.fault_point(f"step-{step + 1}:micro-batch-{i}")
                 for k, v in out.items():
                     sums[k] = sums.get(k, 0.0) + v.detach().float()
             totals = _all_reduce_dict(sums, env.device)
@@ -162,7 +216,7 @@ def train(
             bar.update(1)
 
             if step % cfg.log_every == 0 or step == cfg.max_steps:
-                figures = objective.metrics(window)
+                figures = objective.metrics(window, {})
                 rate = window_tokens / max(window_time, 1e-9)
                 figures.update(
                     lr=optimizer.param_groups[0]["lr"],
@@ -170,6 +224,8 @@ def train(
                     mfu=rate * flops_per_token / peak if peak else 0.0,
                     skipped_steps=scaler.skipped_steps,
                 )
+                if per_epoch:
+                    figures["epoch"] = step / per_epoch
                 if log:
                     log.log(step, "train", figures)
                 bar.set_postfix(
@@ -180,11 +236,22 @@ def train(
                 )
                 window, window_tokens, window_time = {}, 0, 0.0
             if step % cfg.eval_every == 0 or step == cfg.max_steps:
-                valid = evaluate(module, model, objective, precision, env, cfg.eval_batches)
+                by_set = evaluate(module, objective, precision, env, cfg.eval_batches)
+                valid = _flatten(by_set)
                 if log:
-                    log.log(step, "valid", valid)
+                    for name, figures in by_set.items():
+                        log.log(step, name, figures)
                     log.plot()
-                bar.write(f"step {step}: " + ", ".join(f"valid {k} {v:.4g}" for k, v in valid.items()))
+                bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
+                if best_metric:
+                    if best_metric not in valid:
+                        raise UserError(f"train.best_metric = {best_metric!r} is not an evaluation figure ({', '.join(valid)})")
+                    if _improves(valid[best_metric], best, objective.higher_is_better):
+                        best = {"metric": best_metric, "value": valid[best_metric], "step": step}
+                        plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
+                        if env.is_main:
+                            checkpoint.save(run_dir / BEST_DIR, plain, tokenizer)
+                        distributed.barrier()
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
                 state_now = {
                     "step": step,
@@ -194,6 +261,7 @@ def train(
                     "data": {"position": step * accumulation, "micro_batch_size": micro},
                     "world_size": env.world_size,
                     "job": job.to_dict(),
+                    "best": best,
                 }
                 plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
                 if env.is_main:
@@ -204,7 +272,31 @@ def train(
         bar.close()
         if log:
             log.close()
-    return TrainResult(step=step, checkpoint=last_checkpoint, valid=valid, skipped_steps=scaler.skipped_steps)
+    if env.is_main:
+        _write_results(run_dir, job, objective, best)
+    return TrainResult(step=step, checkpoint=last_checkpoint, valid=valid, skipped_steps=scaler.skipped_steps, best=best)
+
+
+def _improves(value: float, best: dict | None, higher_is_better: bool) -> bool:
+    if not math.isfinite(value):
+        return False
+    if best is None:
+        return True
+    return value > best["value"] if higher_is_better else value < best["value"]
+
+
+def _flatten(by_set: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One set's figures as they are; several sets' as "set/figure"."""
+    if len(by_set) == 1:
+        return next(iter(by_set.values()))
+    return {f"{name}/{k}": v for name, figures in by_set.items() for k, v in figures.items()}
+
+
+def _write_results(run_dir: Path, job: JobConfig, objective: Objective, best: dict | None) -> None:
+    """RUN/results.json: every evaluation of the run (from metrics.jsonl), the best, the job."""
+    names = set(objective.eval_sets)
+    evaluations = [r for r in read_metrics(run_dir / METRICS_FILE) if r["split"] in names]
+    write_json(run_dir / RESULTS_FILE, {"task": objective.name, "best": best, "evaluations": evaluations, "job": job.to_dict()})
 
 
 def apply_update(
@@ -223,24 +315,35 @@ def apply_update(
 
 @torch.no_grad()
 def evaluate(
-    module: nn.Module, model: RobertaModel, objective: Objective, precision: str, env: distributed.Dist, max_batches: int
-) -> dict[str, float]:
+    module: nn.Module, objective: Objective, precision: str, env: distributed.Dist, max_batches: int = 0
+) -> dict[str, dict[str, float]]:
+    """Each held-out set's figures: summed statistics all-reduced, per-example outputs gathered
+    from every rank; `max_batches` > 0 stops each set after that many micro-batches per rank."""
     module.eval()
-    sums: dict[str, torch.Tensor] = {}
-    for i, batch in enumerate(objective.eval_batches()):
-        if i >= max_batches:
-            break
-        batch = _to_device(batch, env.device)
-        with autocast(precision, env.device):
-            out = objective.loss(module, model, batch)
-        for k, v in {**out, **{f"{k}_count": torch.tensor(float(c)) for k, c in objective.counts(batch).items()}}.items():
-            sums[k] = sums.get(k, 0.0) + v.detach().float().to(env.device)
+    results = {}
+    for name, batches in objective.eval_sets.items():
+        sums: dict[str, torch.Tensor] = {}
+        examples: dict[str, list[np.ndarray]] = {}
+        for i, batch in enumerate(batches()):
+            if max_batches and i >= max_batches:
+                break
+            batch = _to_device(batch, env.device)
+            with autocast(precision, env.device):
+                out = module(batch)
+            for k, v in out.pop(EXAMPLES, {}).items():
+                examples.setdefault(k, []).append(v.detach().float().cpu().numpy())
+            counts = {f"{k}_count": torch.tensor(float(c)) for k, c in objective.counts(batch).items()}
+            for k, v in {**out, **counts}.items():
+                sums[k] = sums.get(k, 0.0) + v.detach().float().to(env.device)
+        gathered = distributed.all_gather({k: np.concatenate(v) for k, v in examples.items()})
+        merged = {k: np.concatenate([part[k] for part in gathered if k in part]) for k in examples}
+        results[name] = objective.metrics(_all_reduce_dict(sums, env.device), merged)
     if hasattr(module, "reshard"):
         # FSDP2 leaves the root unsharded after a forward with no backward; the optimizer and
         # the state-dict helpers expect the sharded parameters back.
         module.reshard()
     module.train()
-    return objective.metrics(_all_reduce_dict(sums, env.device))
+    return results
 
 
 def _global_counts(objective: Objective, batches: list[Batch], device: torch.device) -> dict[str, float]:
@@ -265,10 +368,16 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def _load_model_weights(model: RobertaModel, directory: Path) -> None:
-    from roberta import checkpoint
-
-    saved, _ = checkpoint.load(directory)
+def _load_model_weights(model: RobertaModel, directory: Path, tokenizer) -> None:
+    saved, saved_tokenizer = checkpoint.load(directory)
+    if saved.config != model.config:
+        changed = [k for k, v in saved.config.to_dict().items() if model.config.to_dict()[k] != v]
+        raise UserError(
+            f"--resume: {directory} holds a model with other {', '.join(changed)} than this job's "
+            "(resume with the job the run was started with)"
+        )
+    if tokenizer is not None and saved_tokenizer is not None and saved_tokenizer.fingerprint() != tokenizer.fingerprint():
+        raise UserError(f"--resume: {directory} was trained with another tokenizer than this job's data")
     model.load_state_dict(saved.state_dict())
 
 
@@ -297,6 +406,7 @@ def _full_model(module: nn.Module, model: RobertaModel, objective: Objective, pa
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = {k.removeprefix("model."): v for k, v in full.items()}
     with torch.random.fork_rng(devices=[]):  # initialising the copy must not move the training RNG
         plain = RobertaModel(model.config)
         objective.add_heads(plain)
