@@ -9,6 +9,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from roberta import RobertaConfig, RobertaModel, UserError, checkpoint, cli
+from roberta.model import SpanHead
 from roberta.tokenizer import load_tokenizer
 
 MICRO = RobertaConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
@@ -19,6 +20,8 @@ def micro_model(seed=0) -> RobertaModel:
     model = RobertaModel(MICRO)
     model.add_classification_head("mnli", 3)
     model.add_classification_head("wide", 1, inner_dim=48)
+    model.add_classification_head("sentiment", 2, labels=("negative", "positive"))
+    model.add_head("squad", SpanHead(model.config))
     return model
 
 
@@ -27,12 +30,19 @@ def test_save_load_round_trip_is_exact_with_heads(tmp_path):
     checkpoint.save(tmp_path / "ckpt", model)
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
     meta = json.loads((tmp_path / "ckpt" / "config.json").read_text())
-    assert meta["heads"] == {"mnli": {"num_classes": 3, "inner_dim": 32}, "wide": {"num_classes": 1, "inner_dim": 48}}
+    assert meta["heads"] == {
+        "mnli": {"kind": "classification", "num_classes": 3, "inner_dim": 32},
+        "wide": {"kind": "classification", "num_classes": 1, "inner_dim": 48},
+        "sentiment": {"kind": "classification", "num_classes": 2, "inner_dim": 32, "labels": ["negative", "positive"]},
+        "squad": {"kind": "span"},
+    }
 
     loaded, tokenizer = checkpoint.load(tmp_path / "ckpt")
     assert tokenizer is None and not loaded.training and loaded.config == MICRO
     ours, theirs = model.state_dict(), loaded.state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert loaded.heads["sentiment"].labels == ("negative", "positive")
+    assert isinstance(loaded.heads["squad"], SpanHead)
     # The LM projection is still the embedding, not a copy of it.
     assert loaded.lm_head.weight is loaded.embed_tokens.weight
 
@@ -66,7 +76,7 @@ def test_failed_save_leaves_the_old_checkpoint(tmp_path):
     checkpoint.save(tmp_path / "ckpt", micro_model(seed=0))
     before = (tmp_path / "ckpt" / "model.safetensors").read_bytes()
     model = micro_model(seed=1)
-    model.add_head("span", torch.nn.Linear(32, 2))  # not a classification head: cannot be saved
+    model.add_head("span", torch.nn.Linear(32, 2))  # a bare module has no spec(): cannot be saved
     with pytest.raises(UserError, match="head 'span' is a Linear"):
         checkpoint.save(tmp_path / "ckpt", model)
     assert (tmp_path / "ckpt" / "model.safetensors").read_bytes() == before

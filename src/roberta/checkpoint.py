@@ -1,7 +1,8 @@
 """Our checkpoint: a directory holding `config.json`, `model.safetensors` and tokenizer files.
 
-`config.json` is `{"format": "roberta", "config": <RobertaConfig fields>, "heads": {name:
-{"num_classes": n, "inner_dim": d}}}`. `model.safetensors` holds the model's state dict with
+`config.json` is `{"format": "roberta", "config": <RobertaConfig fields>, "heads": {name: spec}}`,
+a head's spec being `{"kind": "classification", "num_classes": n, "inner_dim": d, "labels": [...]}`
+(labels optional) or `{"kind": "span"}`; a spec without "kind" (older files) is a classifier. `model.safetensors` holds the model's state dict with
 the tied `lm_head.weight` left out (it is `embed_tokens.weight`). Loading checks every key and
 shape against a freshly built model before copying anything, so a bad file leaves nothing
 half-loaded; saving writes a temporary directory and renames it into place.
@@ -19,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.io import atomic_directory, publish, read_json, temporary_path, write_json
-from roberta.model import ClassificationHead, RobertaModel
+from roberta.model import ClassificationHead, RobertaModel, SpanHead, build_head
 
 FORMAT = "roberta"
 CONFIG_FILE = "config.json"
@@ -28,15 +29,15 @@ WEIGHTS_FILE = "model.safetensors"
 TIED_KEY, TIED_TO = "lm_head.weight", "embed_tokens.weight"
 
 
-def head_shapes(model: RobertaModel) -> dict[str, dict[str, int]]:
-    """The classification heads as `{name: {"num_classes", "inner_dim"}}`; other heads are refused."""
+def head_shapes(model: RobertaModel) -> dict[str, dict]:
+    """Every head as its `spec()`: `{name: {"kind", ...shape}}`; a head without one is refused."""
     shapes = {}
     for name, head in model.heads.items():
-        if not isinstance(head, ClassificationHead):
+        if not hasattr(head, "spec"):
             raise UserError(
-                f"head {name!r} is a {type(head).__name__}; checkpoints hold classification heads only"
+                f"head {name!r} is a {type(head).__name__}; checkpoints hold ClassificationHead and SpanHead heads"
             )
-        shapes[name] = {"num_classes": head.out_proj.out_features, "inner_dim": head.dense.out_features}
+        shapes[name] = head.spec()
     return shapes
 
 
@@ -62,9 +63,9 @@ def build_model(
     return model
 
 
-def _with_heads(model: RobertaModel, heads: dict[str, dict[str, int]]) -> RobertaModel:
-    for name, shape in heads.items():
-        model.add_classification_head(name, shape["num_classes"], shape["inner_dim"])
+def _with_heads(model: RobertaModel, heads: dict[str, dict]) -> RobertaModel:
+    for name, spec in heads.items():
+        model.add_head(name, build_head(model.config, spec))
     return model
 
 
@@ -141,16 +142,29 @@ def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict[st
     for field in ("config", "heads"):
         if not isinstance(meta.get(field), dict):
             raise UserError(f"{path}: field {field!r} must be a JSON object")
-    heads = {}
-    for name, shape in meta["heads"].items():
-        if not (isinstance(shape, dict) and all(_is_positive_int(shape.get(k)) for k in ("num_classes", "inner_dim"))):
-            raise UserError(f"{path}: heads.{name} must give positive integer 'num_classes' and 'inner_dim', not {shape!r}")
-        heads[name] = {"num_classes": shape["num_classes"], "inner_dim": shape["inner_dim"]}
+    heads = {name: _head_spec(spec, f"{path}: heads.{name}") for name, spec in meta["heads"].items()}
     return RobertaConfig.from_dict(meta["config"], source=f"{path}: config"), heads
 
 
 def _is_positive_int(value) -> bool:
     return type(value) is int and value > 0  # not bool: JSON true is no class count
+
+
+def _head_spec(spec, where: str) -> dict:
+    """A head's description from config.json, checked; files without "kind" hold classification heads."""
+    if not isinstance(spec, dict):
+        raise UserError(f"{where} must be a JSON object, not {spec!r}")
+    kind = spec.get("kind", ClassificationHead.kind)
+    if kind == SpanHead.kind:
+        return {"kind": kind}
+    if kind != ClassificationHead.kind:
+        raise UserError(f"{where}: unknown head kind {kind!r} (known: {ClassificationHead.kind}, {SpanHead.kind})")
+    if not all(_is_positive_int(spec.get(k)) for k in ("num_classes", "inner_dim")):
+        raise UserError(f"{where} must give positive integer 'num_classes' and 'inner_dim', not {spec!r}")
+    labels = spec.get("labels", [])
+    if not (isinstance(labels, list) and all(isinstance(x, str) for x in labels) and len(labels) in (0, spec["num_classes"])):
+        raise UserError(f"{where}: 'labels' must be a list of {spec['num_classes']} strings, not {labels!r}")
+    return {"kind": kind, "num_classes": spec["num_classes"], "inner_dim": spec["inner_dim"], **({"labels": labels} if labels else {})}
 
 
 def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

@@ -78,18 +78,52 @@ class LMHead(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """Sentence-level head on the `<s>` token: dropout → dense → tanh → dropout → projection."""
+    """Sentence-level head on the `<s>` token: dropout → dense → tanh → dropout → projection.
 
-    def __init__(self, config: RobertaConfig, num_classes: int, inner_dim: int | None = None):
+    `labels` names the classes (a fine-tuned classifier keeps its label set with it).
+    """
+
+    kind = "classification"
+
+    def __init__(self, config: RobertaConfig, num_classes: int, inner_dim: int | None = None, labels: tuple = ()):
         super().__init__()
         inner_dim = inner_dim or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, inner_dim)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.out_proj = nn.Linear(inner_dim, num_classes)
+        self.labels = tuple(labels)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         x = self.dropout(features[:, 0])
         return self.out_proj(self.dropout(torch.tanh(self.dense(x))))
+
+    def spec(self) -> dict:
+        spec = {"kind": self.kind, "num_classes": self.out_proj.out_features, "inner_dim": self.dense.out_features}
+        return {**spec, "labels": list(self.labels)} if self.labels else spec
+
+
+class SpanHead(nn.Module):
+    """Token-level head for extractive QA: a start and an end score for every token."""
+
+    kind = "span"
+
+    def __init__(self, config: RobertaConfig):
+        super().__init__()
+        self.proj = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = self.proj(features).unbind(-1)
+        return start, end
+
+    def spec(self) -> dict:
+        return {"kind": self.kind}
+
+
+def build_head(config: RobertaConfig, spec: dict) -> nn.Module:
+    """A head from its `spec()` (as a checkpoint's config.json stores it)."""
+    if spec["kind"] == SpanHead.kind:
+        return SpanHead(config)
+    return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), tuple(spec.get("labels", ())))
 
 
 class EncoderOutput(NamedTuple):
@@ -153,12 +187,14 @@ class RobertaModel(nn.Module):
             hidden = hidden[selected]
         return self.lm_head(hidden)
 
-    def add_classification_head(self, name: str, num_classes: int, inner_dim: int | None = None) -> None:
-        self.heads[name] = ClassificationHead(self.config, num_classes, inner_dim)
-        self.heads[name].apply(self._init_weights)
+    def add_classification_head(
+        self, name: str, num_classes: int, inner_dim: int | None = None, labels: tuple = ()
+    ) -> None:
+        self.add_head(name, ClassificationHead(self.config, num_classes, inner_dim, labels))
 
     def add_head(self, name: str, head: nn.Module) -> None:
-        """Attach any task head (span extraction, multiple choice) under a name."""
+        """Attach a task head (ClassificationHead, SpanHead) under a name, initialised as the model is."""
+        head.apply(self._init_weights)
         self.heads[name] = head
 
     def remove_head(self, name: str) -> None:
