@@ -247,8 +247,8 @@ def decode(examples: Sequence[SquadExample], windows: Sequence[SquadWindow], sta
         example = examples[index]
         spans: dict[tuple[int, int], float] = {}
         for w in ws:
-            for score, char_start, char_end in _window_spans(windows[w], np.asarray(start_logits[w]),
-                                                             np.asarray(end_logits[w]), n_best, max_answer_length):
+            start, end = (np.asarray(logits[w], dtype=np.float64) for logits in (start_logits, end_logits))
+            for score, char_start, char_end in _window_spans(windows[w], start, end, n_best, max_answer_length):
                 spans[char_start, char_end] = max(score, spans.get((char_start, char_end), -np.inf))
         ranked = sorted(spans.items(), key=lambda item: -item[1])[:n_best]
         nbest[example.id] = [Span(example.context[s:e], score, s) for (s, e), score in ranked]
@@ -288,6 +288,8 @@ def choose_null_threshold(examples: Sequence[SquadExample], best_spans: dict[str
                           metric: str = "f1") -> tuple[float, float]:
     """The null-odds threshold that maximizes dev `metric` ('f1' or 'exact_match') when applied
     to `best_spans`, and that score (percent): the official v2.0 script's best_* search."""
+    if metric not in ("f1", "exact_match"):
+        raise ValueError(f"metric must be 'f1' or 'exact_match', not {metric!r}")
     golds = {e.id: _gold_v2(e) for e in examples if e.id in best_spans}
     score = f1_v2 if metric == "f1" else exact_match
     scores = {qid: max(score(best_spans[qid], g) for g in gold) for qid, gold in golds.items()}
@@ -359,7 +361,8 @@ def squad_scores(examples: Sequence[SquadExample], predictions: dict[str, str], 
     answered = {qid for qid in golds if qid in predictions}
     exact = {qid: max(exact_match(predictions[qid], g) for g in golds[qid]) if qid in answered else 0 for qid in golds}
     f1 = {qid: max(f1_v2(predictions[qid], g) for g in golds[qid]) if qid in answered else 0.0 for qid in golds}
-    odds = {qid: null_odds[qid] for qid in answered} if null_odds is not None else {qid: 0.0 for qid in answered}
+    # In the odds file's order: the best-threshold search breaks ties in odds by it, as the official script does.
+    odds = {qid: v for qid, v in (null_odds or {}).items() if qid in answered}
     # The official script applies its default threshold to exact/f1 whenever odds are given.
     thresholded = [{qid: float(not has_answer[qid]) if odds.get(qid, 0.0) > OFFICIAL_NA_PROB_THRESH else s
                     for qid, s in scores.items()} for scores in (exact, f1)]
