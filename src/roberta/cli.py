@@ -278,6 +278,100 @@ def _evaluate(subparsers) -> None:
         add_task(tasks)
 
 
+def _finetune_options(p: argparse.ArgumentParser) -> None:
+    """Options every `roberta finetune TASK` takes."""
+    p.add_argument("--init", required=True, help="checkpoint to start from: ours, an HF directory, or fairseq model.pt")
+    p.add_argument("--init-task", help="start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --init: its body, a new head")
+    p.add_argument("--out", required=True, help="run directory: checkpoints/, best/, metrics.jsonl, results.json")
+    p.add_argument("--config", help="job TOML whose fields replace the task's defaults")
+    p.add_argument("--eval-every", type=int, help="evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)")
+    p.add_argument("--seeds", type=int, default=1, help="run N seeds (RUN/seedK) and report the median (default 1)")
+    p.add_argument("--sweep", action="store_true", help="the paper's grid: batch {16, 32} x LR {1e-5, 2e-5, 3e-5}")
+    p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    p.set_defaults(overrides=[])
+
+
+def _finetune_job(args: argparse.Namespace, lr: float, batch_size: int):
+    from roberta.tasks.finetune import load_finetune_job
+
+    extra = [f"--train.eval_every={args.eval_every}"] if args.eval_every else []
+    return load_finetune_job(args.config, args.overrides, lr, batch_size, extra=extra)
+
+
+def _print_summary(summary: dict) -> None:
+    import json
+
+    print(json.dumps(summary, indent=2))
+
+
+def _finetune_glue(tasks) -> None:
+    p = tasks.add_parser(
+        "glue",
+        help="a GLUE task from its standard TSV files, with the paper's recipe",
+        description="Reads DIR/train.tsv and the dev file(s) (MNLI: dev_matched.tsv and dev_mismatched.tsv) in "
+        "GLUE's layouts and fine-tunes with the paper's recipe for the task (LR, batch, 10 epochs, 6% warmup, "
+        "weight decay 0.1), evaluating on dev every epoch and keeping the best as RUN/best/.",
+    )
+    p.add_argument("--task", required=True, metavar="T", help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI")
+    p.add_argument("--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from pathlib import Path
+
+        from roberta.tasks.classify import finetune_sentences
+        from roberta.tasks.finetune import run_all
+        from roberta.tasks.glue import get_task, read_split, sentence_task
+
+        task = get_task(args.task)
+        data = Path(args.data)
+        train = read_split(task, data / "train.tsv", labelled=True)
+        dev = {name: (read_split(task, data / file, labelled=True), data / file) for name, file in task.dev_sets}
+        job = _finetune_job(args, task.lr, task.batch_size)
+        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_sentences(
+            sentence_task(task), cell, train, data / "train.tsv", dev, args.init, out,
+            init_task=args.init_task, resume=args.resume)))
+
+    p.set_defaults(handler=run)
+
+
+def _finetune_classify(tasks) -> None:
+    p = tasks.add_parser(
+        "classify",
+        help="your own sentence(-pair) classification or regression data (CSV, TSV, JSONL)",
+        description="Reads --train and --dev (CSV, TSV or JSONL by suffix; columns by header name or JSON key). "
+        "Labels may be strings: the label set is read from the training file and kept with the head, so "
+        "`roberta predict` prints label names. --regression trains one output with MSE.",
+    )
+    p.add_argument("--train", required=True, help="training file")
+    p.add_argument("--dev", required=True, help="dev file (its labels must all occur in --train)")
+    p.add_argument("--text-column", required=True, help="column of the text")
+    p.add_argument("--pair-column", help="column of the second text of a pair")
+    p.add_argument("--label-column", required=True, help="column of the label (a class name, or a number)")
+    p.add_argument("--regression", action="store_true", help="labels are numbers to predict (one output, MSE)")
+    p.add_argument("--head", default="classifier", help="name of the head in the checkpoint (default classifier)")
+    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
+    p.add_argument("--batch-size", type=int, default=16, help="examples per update (default 16)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.classify import SentenceTask, finetune_sentences, label_set, own_data_metrics, read_labelled_file
+        from roberta.tasks.finetune import run_all
+
+        columns = dict(text_column=args.text_column, pair_column=args.pair_column, label_column=args.label_column,
+                       regression=args.regression)
+        train = read_labelled_file(args.train, **columns)
+        dev = read_labelled_file(args.dev, **columns)
+        labels = () if args.regression else label_set(train, args.train)
+        task = SentenceTask(args.head, labels, own_data_metrics(labels), "pearson" if args.regression else "accuracy")
+        job = _finetune_job(args, args.lr, args.batch_size)
+        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_sentences(
+            task, cell, train, args.train, {"dev": (dev, args.dev)}, args.init, out,
+            init_task=args.init_task, resume=args.resume)))
+
+    p.set_defaults(handler=run)
+
+
 def _evaluate_glue(tasks) -> None:
     p = tasks.add_parser(
         "glue",
@@ -331,7 +425,7 @@ def _evaluate_squad(tasks) -> None:
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 # `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
-FINETUNE_TASKS: list = []
+FINETUNE_TASKS: list = [_finetune_glue, _finetune_classify]
 EVALUATE_TASKS: list = [_evaluate_glue, _evaluate_squad]
 VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
 

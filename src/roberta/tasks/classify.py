@@ -1,19 +1,31 @@
-"""Sentence(-pair) classification and regression on the user's own files.
+"""Sentence(-pair) classification and regression: the user's own files, and the objective that
+fine-tunes a classification head on them (GLUE uses it too, with its own readers and metrics).
 
 Examples are read from CSV, TSV or JSONL with columns named by header or key; string labels are
-kept as strings, and the label set is the sorted distinct labels of the training file.
+kept as strings, and the label set is the sorted distinct labels of the training file. Batches
+carry `input_ids` [B, T] (padded to the longest), `labels` [B] (class ids, or floats for
+regression) and `index` [B] (the example's position, so dev predictions can be gathered).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+import torch.nn.functional as F
+
 from roberta.errors import UserError
+from roberta.model import RobertaModel
 from roberta.tasks.rows import read_records
+from roberta.train.config import JobConfig
+from roberta.train.metrics import training_flops_per_token
+from roberta.train.trainer import EXAMPLES, Batch, Objective, TrainResult
+from roberta.train.trainer import train as train_run
 
 
 @dataclass(frozen=True)
@@ -89,3 +101,136 @@ def label_ids(examples: Sequence[Example], labels: Sequence[str], path: str | Pa
         bad = next(e for e in examples if e.label not in ids)
         known = ", ".join(labels[:10]) + (", ..." if len(labels) > 10 else "")
         raise UserError(f"{path}:{bad.line}: label {bad.label!r} is not one of the training labels ({known})") from None
+
+
+# --- the objective: sentence(-pair) classification and regression on the <s> token -----------
+
+
+@dataclass(frozen=True)
+class SentenceTask:
+    """What the objective needs to know: the head's name and label names (none: regression,
+    one output trained with MSE), and the dev figures from predictions and labels."""
+
+    name: str
+    labels: tuple[str, ...]
+    metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]]
+    best_metric: str
+
+    @property
+    def regression(self) -> bool:
+        return not self.labels
+
+
+def own_data_metrics(labels: tuple[str, ...]) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
+    """Accuracy and macro F1 for classes; Pearson and Spearman for regression."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import f1_score
+
+    def figures(predictions: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+        if not labels:
+            return {"pearson": float(pearsonr(predictions, gold)[0]), "spearman": float(spearmanr(predictions, gold)[0])}
+        return {"accuracy": float((predictions == gold).mean()), "f1": float(f1_score(gold, predictions, average="macro"))}
+
+    return figures
+
+
+def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[list[int]]:
+    """`<s> text </s>` or `<s> text </s></s> pair </s>`, cut to `max_length` (longest text first)."""
+    texts = [e.text for e in examples]
+    pairs = [e.pair for e in examples] if examples[0].pair is not None else None
+    return tokenizer.encode_batch(texts, pairs, max_length=max_length, truncation="longest_first")
+
+
+def label_values(task: SentenceTask, examples: Sequence[Example], path: str | Path) -> list[int | float]:
+    return [float(e.label) for e in examples] if task.regression else label_ids(examples, task.labels, path)
+
+
+def classify_objective(
+    task: SentenceTask, train: tuple[list[list[int]], list], dev_sets: dict[str, tuple[list[list[int]], list]],
+    job: JobConfig, pad_id: int, rank: int = 0, world: int = 0,
+) -> Objective:
+    """The objective over encoded examples: `train` and each dev set as (token ids, label values)."""
+    from roberta.tasks.finetune import LengthBatches, eval_batches, pad
+
+    world = world or 1
+    micro = max(1, min(job.train.micro_batch_size, job.train.batch_size // world))
+    ids, values = train
+    batcher = LengthBatches([len(x) for x in ids], micro, job.train.seed, rank, world, job.data.group_by_length)
+    dtype = torch.float32 if task.regression else torch.long
+
+    def collate(token_ids: list[list[int]], gold: list, indices: np.ndarray) -> Batch:
+        return {
+            "input_ids": pad([token_ids[i] for i in indices], pad_id),
+            "labels": torch.tensor([gold[i] for i in indices], dtype=dtype),
+            "index": torch.from_numpy(indices.astype(np.int64)),
+        }
+
+    def dev_batches(token_ids, gold) -> Callable[[], Iterator[Batch]]:
+        return lambda: (collate(token_ids, gold, b) for b in eval_batches([len(x) for x in token_ids], micro, rank, world))
+
+    def add_heads(model: RobertaModel) -> None:
+        if task.name not in model.heads:
+            model.add_classification_head(task.name, len(task.labels) or 1, labels=task.labels)
+
+    def loss(model: RobertaModel, batch: Batch) -> dict:
+        logits = model.classify(task.name, model(batch["input_ids"]).last_hidden_state).float()
+        gold = batch["labels"]
+        if task.regression:
+            predictions = logits.squeeze(-1)
+            out = {"loss": F.mse_loss(predictions, gold, reduction="sum")}
+        else:
+            predictions = logits.argmax(-1)
+            out = {"loss": F.cross_entropy(logits, gold, reduction="sum"), "correct": (predictions == gold).sum()}
+        return {**out, EXAMPLES: {"index": batch["index"], "prediction": predictions, "label": gold}}
+
+    def metrics(sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
+        n = max(sums["loss_count"], 1.0)
+        figures = {"loss": sums["loss"] / n}
+        if "correct" in sums:
+            figures["accuracy"] = sums["correct"] / n
+        if examples:
+            predictions, gold = examples["prediction"], examples["label"]
+            if not task.regression:  # gathered as floats
+                predictions, gold = predictions.astype(np.int64), gold.astype(np.int64)
+            figures.update(task.metrics(predictions, gold))
+        return figures
+
+    mean_length = float(np.mean([len(x) for x in ids]))
+    return Objective(
+        name=task.name,
+        add_heads=add_heads,
+        train_batches=lambda start: (collate(ids, values, b) for b in batcher.from_position(start)),
+        eval_sets={name: dev_batches(*dev) for name, dev in dev_sets.items()},
+        counts=lambda batch: {"loss": len(batch["labels"])},
+        loss=loss,
+        metrics=metrics,
+        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
+        flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
+        batches_per_epoch=batcher.per_epoch,
+        best_metric=(task.best_metric if len(dev_sets) == 1 else f"{next(iter(dev_sets))}/{task.best_metric}"),
+        higher_is_better=True,
+    )
+
+
+def finetune_sentences(
+    task: SentenceTask, job: JobConfig, train_examples: Sequence[Example], train_path: str | Path,
+    dev_sets: dict[str, tuple[Sequence[Example], str | Path]], init: str | Path, out: str | Path, *,
+    init_task: str | Path | None = None, resume: bool = False,
+) -> TrainResult:
+    """Fine-tune `init` on labelled examples; RUN/best/ holds the best dev checkpoint, with its head."""
+    from roberta.tasks.finetune import check_head, start_model
+    from roberta.train import distributed
+
+    env = distributed.setup(job.train.device)
+    torch.manual_seed(job.train.seed)  # the new head's initial weights
+    model, tokenizer = start_model(init, init_task)
+    check_head(model, task.name, len(task.labels) or 1, init)
+    max_length = min(job.data.max_length, model.config.max_tokens)
+    train = (encode(tokenizer, train_examples, max_length), label_values(task, train_examples, train_path))
+    dev = {
+        name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
+        for name, (examples, path) in dev_sets.items()
+    }
+    objective = classify_objective(task, train, dev, job, tokenizer.pad_id, env.rank, env.world_size)
+    run_info = {"task": task.name, "labels": list(task.labels), "init": str(init_task or init)}
+    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, env=env, run_info=run_info)

@@ -173,3 +173,10 @@ def evaluate_predictions(task: GlueTask, dev_file: str | Path, predictions_file:
     if task.regression:
         return metrics(task, values, [e.label for e in examples])
     return metrics(task, [task.labels.index(v) for v in values], label_ids(examples, task.labels, dev_file))
+
+
+def sentence_task(task: GlueTask):
+    """The task as the classification objective sees it: head name, labels, metrics, best metric."""
+    from roberta.tasks.classify import SentenceTask
+
+    return SentenceTask(task.name, task.labels, lambda p, y: metrics(task, list(p), list(y)), task.metric)
