@@ -211,6 +211,11 @@ def test_v20_no_answer_breakdown_and_best_thresholds():
     # Start with q1..q4 all null (q2, q4 right: 2); answer q1 (+1: 3), q4 (pred "": 3), q3 (+0), q2 (-1).
     assert (scored["best_exact"], scored["best_exact_thresh"]) == (60.0, -2.0)
     assert (scored["best_f1"], scored["best_f1_thresh"]) == (60.0, -2.0)
+    # Equal odds are answered in the odds file's order, as the official search does.
+    tied = [SquadExample("r", "?", context, (("Rome", 6),)), SquadExample("n", "?", context, (), True)]
+    guesses = {"r": "Rome", "n": "Paris"}
+    assert squad_scores(tied, guesses, "2.0", {"r": 1.0, "n": 1.0})["best_exact"] == 100.0
+    assert squad_scores(tied, guesses, "2.0", {"n": 1.0, "r": 1.0})["best_exact"] == 50.0
 
 
 # ---------------------------------------------------------------- files and the command line

@@ -4,4 +4,6 @@ pretrain.py  masked LM (+ NSP for the pair-format ablations), `roberta pretrain`
 glue.py      the nine GLUE tasks: file layouts, label names, defaults, official metrics, leaderboard TSVs
 classify.py  the user's own CSV/TSV/JSONL classification or regression data, label sets
 rows.py      rows of TSV/CSV/JSONL files, with errors naming file and line
+squad.py     SQuAD v1.1/v2.0: reader, windows over character offsets, n-best decoding, official metrics
+race.py      RACE: reader, the 4 encoded choices per question, accuracy by level
 """
