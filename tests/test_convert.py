@@ -2,6 +2,8 @@
 
 import argparse
 import dataclasses
+import datetime
+import json
 import os
 import pickle
 import sys
@@ -13,6 +15,8 @@ import transformers
 
 from roberta import RobertaConfig, RobertaModel, UserError, checkpoint, cli
 from roberta.convert import convert, export_fairseq, export_hf, load_any, read_fairseq, read_hf
+from roberta.convert.verify import max_difference
+from roberta.model import SpanHead
 from roberta.tokenizer import load_tokenizer
 from test_model import hf_config, padded_batch, random_hf
 
@@ -338,6 +342,24 @@ def test_pickled_code_payload_is_refused_and_never_runs(layout, tmp_path, capsys
     assert marker.exists()
 
 
+def test_refused_global_outside_the_allow_list_is_one_line_naming_file_and_global(tmp_path, capsys):
+    """torch's advice for a global that is merely not allow-listed spans several lines; ours is one."""
+    state = random_fairseq_state(MICRO, {})
+    torch.save({"args": datetime.date(2020, 1, 1), "model": state}, tmp_path / "model.pt")
+    assert cli.main(["convert", str(tmp_path / "model.pt"), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"roberta: error: {tmp_path / 'model.pt'}: refused to unpickle datetime.date "
+        "(only tensors and plain metadata are loaded)\n"
+    )
+
+
+def test_fairseq_args_that_contradict_the_weights_are_refused(tmp_path):
+    args = fairseq_args(dataclasses.replace(MICRO, num_layers=3))
+    torch.save({"args": args, "model": random_fairseq_state(MICRO, {})}, tmp_path / "model.pt")
+    with pytest.raises(UserError, match=r"model.pt: args.encoder_layers is 3, the weights say 2$"):
+        read_fairseq(tmp_path / "model.pt")
+
+
 def test_fairseq_shape_mismatch_names_key_and_both_shapes(tmp_path):
     state = random_fairseq_state(MICRO, {})
     state["encoder.sentence_encoder.layers.1.fc2.weight"] = torch.zeros(32, 65)
@@ -360,6 +382,25 @@ def test_truncated_fairseq_file_is_a_user_error(tmp_path):
     (tmp_path / "model.pt").write_bytes(data[: len(data) // 2])
     with pytest.raises(UserError, match="model.pt: unreadable checkpoint, truncated or corrupt"):
         read_fairseq(tmp_path / "model.pt")
+
+
+# --- the config tables, both ways ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("export, read", [(export_hf, read_hf), (export_fairseq, read_fairseq)])
+def test_config_survives_export_then_import(export, read, tmp_path):
+    config = dataclasses.replace(MICRO, num_heads=2, dropout=0.2, attention_dropout=0.15, classifier_dropout=0.05)
+    torch.manual_seed(0)
+    export(tmp_path / "out", RobertaModel(config))
+    assert read(tmp_path / "out")[0].config == config
+
+
+def test_hf_null_classifier_dropout_means_hidden_dropout(tmp_path):
+    torch.manual_seed(0)
+    export_hf(tmp_path / "hf", RobertaModel(dataclasses.replace(MICRO, dropout=0.2)))
+    path = tmp_path / "hf" / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"classifier_dropout": None}))
+    assert read_hf(tmp_path / "hf")[0].config.classifier_dropout == 0.2
 
 
 # --- the checked conversion ------------------------------------------------------------------
@@ -401,3 +442,41 @@ def test_load_any_refuses_an_unknown_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(UserError, match="not a roberta, HF transformers or fairseq checkpoint"):
         load_any(tmp_path)
+
+
+def test_convert_refuses_a_source_with_nan_in_a_later_layer(tmp_path, capsys):
+    """NaN compares false with everything: a largest difference taken over it used to read 0."""
+    model = micro_model()
+    with torch.no_grad():
+        model.layers[1].fc2.weight[0, 0] = float("nan")
+    checkpoint.save(tmp_path / "src", model)
+    assert cli.main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "hf"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("roberta: error: conversion check failed: the source model's hidden_states[2] holds ")
+    assert "NaN" in err and err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["src"]
+
+
+def test_max_difference_fails_on_any_non_finite_output_or_difference():
+    finite = {"hidden_states[0]": torch.zeros(2, 3), "lm_logits": torch.zeros(2, 3)}
+    later_nan = {**finite, "lm_logits": torch.tensor([[0.0, float("nan"), 0.0], [0.0, 0.0, 0.0]])}
+    with pytest.raises(UserError, match=r"the converted model's lm_logits holds 1 NaN and 0 infinite value\(s\) of 6"):
+        max_difference(finite, later_nan)
+    with pytest.raises(UserError, match="the source model's lm_logits holds 1 NaN"):
+        max_difference(later_nan, finite)
+    # Each side finite, the difference not: float32 overflows.
+    big = {**finite, "lm_logits": torch.full((2, 3), 3e38)}
+    with pytest.raises(UserError, match="the difference in lm_logits holds 0 NaN and 6 infinite"):
+        max_difference(big, {**finite, "lm_logits": -big["lm_logits"]})
+    assert max_difference(finite, {**finite, "lm_logits": torch.full((2, 3), 0.5)}) == 0.5
+
+
+def test_span_head_converts_to_ours_and_is_refused_by_hf_and_fairseq(tmp_path):
+    model = micro_model(heads=())
+    model.add_head("squad", SpanHead(MICRO))
+    checkpoint.save(tmp_path / "src", model)
+    assert 0 <= convert(tmp_path / "src", tmp_path / "dst") <= 1e-5
+    for export in (export_hf, export_fairseq):
+        with pytest.raises(UserError, match=r"head 'squad' is a span head; \w+ checkpoints hold classification heads only"):
+            export(tmp_path / "out", model)
+    assert not (tmp_path / "out").exists()

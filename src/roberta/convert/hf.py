@@ -1,0 +1,231 @@
+"""HF transformers `save_pretrained` directories ⇄ our model.
+
+Reads RobertaForMaskedLM, RobertaForSequenceClassification and bare RobertaModel directories
+(`model.safetensors` or a pickled `pytorch_model.bin`); writes one that
+`transformers.AutoModelForMaskedLM` (and, with a head, `AutoModelForSequenceClassification`) loads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from roberta import checkpoint
+from roberta.checkpoint import build_model, check_vocabulary, head_shapes
+from roberta.config import RobertaConfig
+from roberta.convert.fairseq import load_pickle
+from roberta.convert import mapping
+from roberta.convert.mapping import Field, WeightNames, weight_and_bias
+from roberta.errors import UserError
+from roberta.io import atomic_directory, read_json, write_json
+from roberta.model import RobertaModel
+
+FIELDS = (
+    Field("vocab_size", "vocab_size"),
+    Field("hidden_size", "hidden_size"),
+    Field("num_layers", "num_hidden_layers"),
+    Field("num_heads", "num_attention_heads"),
+    Field("ffn_size", "intermediate_size"),
+    Field("max_positions", "max_position_embeddings"),
+    Field("padding_idx", "pad_token_id", 1),
+    Field("dropout", "hidden_dropout_prob", 0.1),
+    Field("attention_dropout", "attention_probs_dropout_prob", 0.1),
+    # HF's classifier falls back to hidden_dropout_prob.
+    Field("classifier_dropout", "classifier_dropout", lambda values: values["dropout"]),
+    Field("layer_norm_eps", "layer_norm_eps", 1e-12),
+    Field("init_std", "initializer_range", 0.02),
+)
+FIXED = {"hidden_act": "gelu", "position_embedding_type": "absolute", "is_decoder": False}
+
+NAMES = WeightNames(
+    embeddings=[
+        ("embed_tokens.weight", "roberta.embeddings.word_embeddings.weight"),
+        ("embed_positions.weight", "roberta.embeddings.position_embeddings.weight"),
+        *weight_and_bias("embed_layer_norm", "roberta.embeddings.LayerNorm"),
+    ],
+    layer="roberta.encoder.layer.{i}.",
+    layer_renames={
+        "attention.qkv": ("attention.self.query", "attention.self.key", "attention.self.value"),
+        "attention.out_proj": "attention.output.dense",
+        "attention_layer_norm": "attention.output.LayerNorm",
+        "fc1": "intermediate.dense",
+        "fc2": "output.dense",
+        "ffn_layer_norm": "output.LayerNorm",
+    },
+    lm_head="lm_head.",
+    head="classifier.",
+)
+TOKEN_TYPES = "roberta.embeddings.token_type_embeddings.weight"
+# Tensors HF stores that we do not need: position ids are implied, RoBERTa's pooler is unused.
+UNUSED = ("roberta.embeddings.position_ids", "roberta.pooler.dense.weight", "roberta.pooler.dense.bias")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+# --- import ----------------------------------------------------------------------------------
+
+
+def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> tuple[RobertaModel, object | None]:
+    """Import an HF `save_pretrained` directory of RobertaForMaskedLM, RobertaForSequenceClassification
+    or RobertaModel. Token-type row 0 is folded into the position embeddings (HF adds it to every
+    token when no token types are given, which is all RoBERTa ever does)."""
+    directory = Path(directory)
+    hf = read_json(directory / "config.json")
+    config = read_hf_config(hf, str(directory / "config.json"))
+    weights = weights_file(directory)
+    source = str(weights)
+    state = read_state(weights, map_location)
+    has_lm_head = "lm_head.dense.weight" in state
+    heads = classifier_shape(state, hf.get("roberta_head_name", "classification"), source)
+    tokenizer = checkpoint.load_tokenizer_if_present(directory)
+    if tokenizer is not None:
+        check_vocabulary(tokenizer, config, str(directory))
+    model = build_model(config, heads, map_location, initialise=not has_lm_head)
+    expected = model.state_dict()
+    ours = mapping.take(state, NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head), expected, source)
+    ours["embed_positions.weight"] = ours["embed_positions.weight"] + token_type_row(state, config, source)
+    if has_lm_head:
+        mapping.same_tensor(state, "lm_head.decoder.bias", ours["lm_head.bias"], source, "it must equal lm_head.bias")
+    else:
+        ours.update({k: v for k, v in expected.items() if k.startswith("lm_head.")})
+    mapping.same_tensor(state, "lm_head.decoder.weight", ours["embed_tokens.weight"], source)
+    for unused in UNUSED:
+        state.pop(unused, None)
+    mapping.refuse_leftovers(state, source)
+    checkpoint.load_weights(model, {k: v for k, v in ours.items() if k != checkpoint.TIED_KEY}, source)
+    return model.eval(), tokenizer
+
+
+def read_hf_config(hf: dict, source: str) -> RobertaConfig:
+    if hf.get("model_type") != "roberta":
+        raise UserError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'roberta'")
+    mapping.check_fixed(FIXED, hf, source)
+    return mapping.config_from(FIELDS, hf, source)
+
+
+def weights_file(directory: Path) -> Path:
+    weights = next((directory / f for f in WEIGHT_FILES if (directory / f).is_file()), None)
+    if weights is None:
+        raise UserError(f"{directory}: no {' or '.join(WEIGHT_FILES)} (sharded checkpoints are not supported)")
+    return weights
+
+
+def read_state(weights: Path, map_location: str | torch.device) -> dict[str, torch.Tensor]:
+    """The state dict under RobertaFor*'s names."""
+    if weights.suffix == ".safetensors":
+        state = checkpoint.read_safetensors(weights, map_location)
+    else:
+        state = load_pickle(weights, map_location)
+    # A bare RobertaModel saves its keys without the "roberta." prefix.
+    bare = ("embeddings", "encoder", "pooler")
+    return {("roberta." + k if k.split(".")[0] in bare else k): v for k, v in state.items()}
+
+
+def classifier_shape(state: dict[str, torch.Tensor], name: str, source: str) -> dict[str, dict[str, int]]:
+    """`{name: shape}` for a RobertaForSequenceClassification state dict, else {}."""
+    if "classifier.dense.weight" not in state:
+        return {}
+    if "classifier.out_proj.weight" not in state:
+        raise UserError(f"{source}: missing key 'classifier.out_proj.weight'")
+    return {name: mapping.classifier_spec(state["classifier.out_proj.weight"], state["classifier.dense.weight"])}
+
+
+def token_type_row(state: dict[str, torch.Tensor], config: RobertaConfig, source: str) -> torch.Tensor:
+    """Pop the token-type table and return its row 0."""
+    if TOKEN_TYPES not in state:
+        raise UserError(f"{source}: missing key {TOKEN_TYPES!r}")
+    token_types = state.pop(TOKEN_TYPES)
+    if token_types.shape[1:] != (config.hidden_size,):
+        raise UserError(
+            f"{source}: key {TOKEN_TYPES!r} has shape {list(token_types.shape)}, expected [1, {config.hidden_size}]"
+        )
+    return token_types[0]
+
+
+# --- export ----------------------------------------------------------------------------------
+
+
+def hf_config(model: RobertaModel, tokenizer=None) -> dict:
+    """An HF `config.json` for our model: every field HF's RobertaConfig reads, spelled out."""
+    heads = head_shapes(model)
+    config = {
+        "architectures": ["RobertaForSequenceClassification" if heads else "RobertaForMaskedLM"],
+        "model_type": "roberta",
+        **mapping.config_to(FIELDS, model.config),
+        **FIXED,
+        "type_vocab_size": 1,
+        "bos_token_id": tokenizer.bos_id if tokenizer is not None else 0,
+        "eos_token_id": tokenizer.eos_id if tokenizer is not None else 2,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "dtype": "float32",
+    }
+    for name, shape in heads.items():
+        n = shape["num_classes"]
+        config.update(
+            roberta_head_name=name,
+            num_labels=n,
+            id2label={str(i): f"LABEL_{i}" for i in range(n)},
+            label2id={f"LABEL_{i}": i for i in range(n)},
+            problem_type="regression" if n == 1 else "single_label_classification",
+        )
+    return config
+
+
+def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
+    """Write an HF `save_pretrained`-style directory into the (empty, temporary) `directory`."""
+    from safetensors.torch import save_file
+
+    heads = mapping.classifiers_only(head_shapes(model), "HF")
+    if len(heads) > 1:
+        raise UserError(f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}")
+    for name, shape in heads.items():
+        if shape["inner_dim"] != model.config.hidden_size:
+            raise UserError(
+                f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, not {shape['inner_dim']}"
+            )
+    state = mapping.give(model.state_dict(), NAMES.pairs(model.config.num_layers, heads))
+    state[TOKEN_TYPES] = torch.zeros(1, model.config.hidden_size, dtype=state["lm_head.bias"].dtype)
+    write_json(directory / "config.json", hf_config(model, tokenizer))
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer is not None:
+        write_hf_tokenizer(directory, tokenizer, model.config.max_tokens)
+
+
+def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
+    """The tokenizer's own files, plus what `transformers.AutoTokenizer` needs: vocab.json +
+    merges.txt in model ids for byte-level BPE (a GPT-2 vocab.bpe is already a merges.txt) and a
+    tokenizer_config.json naming the class and the special tokens."""
+    tokenizer.save(directory)
+    ids = {role: getattr(tokenizer, f"{role}_id") for role in ("bos", "eos", "unk", "pad", "mask")}
+    names = {role: tokenizer.id_to_token(i) for role, i in ids.items()}
+    config = {
+        "model_max_length": max_length,
+        **{f"{role}_token": name for role, name in names.items()},
+        "cls_token": names["bos"],
+        "sep_token": names["eos"],
+        # RoBERTa's <mask> swallows the space before it, so "Hello <mask>" is two tokens as in fairseq.
+        "added_tokens_decoder": {
+            str(i): {"content": names[role], "lstrip": role == "mask" and tokenizer.kind != "wordpiece",
+                     "rstrip": False, "normalized": False, "single_word": False, "special": True}
+            for role, i in sorted(ids.items(), key=lambda item: item[1])
+        },
+    }
+    if tokenizer.kind == "wordpiece":
+        existing = directory / "tokenizer_config.json"
+        lowercase = existing.is_file() and read_json(existing).get("do_lower_case", False)
+        config.update(tokenizer_class="BertTokenizer", do_lower_case=lowercase)
+    else:
+        config.update(tokenizer_class="RobertaTokenizer", add_prefix_space=False)
+        if tokenizer.kind == "gpt2":
+            vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
+            (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+            (directory / "merges.txt").write_bytes((directory / "vocab.bpe").read_bytes())
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
+def export_hf(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
+    """Export to a directory that `transformers.AutoModelForMaskedLM.from_pretrained` loads."""
+    with atomic_directory(directory) as tmp:
+        write_hf(tmp, model, tokenizer)
+    return Path(directory)
