@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
-from roberta.io import atomic_write, publish, temporary_path
+from roberta.io import atomic_write, make_parent, publish, temporary_path
 
 CHUNK_LINES = 8192
 
@@ -55,7 +55,7 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
     total = count_lines(input)
     if total == 0:
         raise UserError(f"{input}: no lines to embed")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(out)
     tmp = temporary_path(out)
     try:
         # Sized by the counting pass, so rows are written in place and nothing is held in memory.
@@ -103,7 +103,7 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
     total = count_lines(input) - (header or named)
     if total <= 0:
         raise UserError(f"{input}: no rows to predict")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(out)
     with atomic_write(out) as sink, tqdm(total=total, unit="row", desc="predict", disable=not progress) as bar:
         indices: list[int] | None = None if named or header else list(wanted)
         wrote_header = False

@@ -82,6 +82,16 @@ def atomic_write(dst: str | Path, mode: str = "w", encoding: str | None = "utf-8
         tmp.unlink(missing_ok=True)
 
 
+def make_parent(dst: Path) -> None:
+    """Create `dst`'s directory if needed; a file standing where it belongs is a UserError."""
+    for parent in (dst.parent, *dst.parent.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"{dst}: cannot be written, {parent} is a file, not a directory")
+            break
+    dst.parent.mkdir(parents=True, exist_ok=True)
+
+
 def temporary_path(dst: Path) -> Path:
     """A hidden name beside `dst`, unique to this process, keeping its suffix (numpy and
     safetensors writers look at it)."""
