@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 
 import pytest
 import torch
@@ -157,3 +158,26 @@ def test_bad_config_json_names_file_and_line(tmp_path):
     (tmp_path / "ckpt" / "config.json").write_text('{"format": "roberta",\n "config": {,}}')
     with pytest.raises(UserError, match=r"config.json:2: invalid JSON"):
         checkpoint.load(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_checkpoint_and_tokenizer_files_get_the_users_umask(tmp_path, umask):
+    from data_fixtures import write_byte_tokenizer
+
+    from roberta.tokenizer import train_tokenizer
+
+    text = tmp_path / "text.txt"
+    text.write_text("the river city and the king of the north\n" * 50)
+    old = os.umask(umask)
+    try:
+        tokenizer = load_tokenizer(write_byte_tokenizer(tmp_path / "tok"))
+        checkpoint.save(tmp_path / "ckpt", RobertaModel(dataclasses.replace(MICRO, vocab_size=266)), tokenizer)
+        train_tokenizer([text], tmp_path / "trained", 300, progress=False)
+    finally:
+        os.umask(old)
+    written = [tmp_path / "ckpt", tmp_path / "trained"]
+    written += [p for d in written for p in d.iterdir()]
+    assert {p.name for p in written} >= {"config.json", "model.safetensors", "vocab.json", "merges.txt"}
+    for path in written:
+        expected = (0o777 if path.is_dir() else 0o666) & ~umask
+        assert oct(path.stat().st_mode & 0o777) == oct(expected), path
