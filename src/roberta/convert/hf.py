@@ -76,7 +76,7 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
     source = str(weights)
     state = read_state(weights, map_location)
     has_lm_head = "lm_head.dense.weight" in state
-    heads = classifier_shape(state, hf.get("roberta_head_name", "classification"), source)
+    heads = classifier_heads(state, hf.get("roberta_head_name", "classification"), source)
     tokenizer = checkpoint.load_tokenizer_if_present(directory)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
@@ -121,7 +121,7 @@ def read_state(weights: Path, map_location: str | torch.device) -> dict[str, tor
     return {("roberta." + k if k.split(".")[0] in bare else k): v for k, v in state.items()}
 
 
-def classifier_shape(state: dict[str, torch.Tensor], name: str, source: str) -> dict[str, dict[str, int]]:
+def classifier_heads(state: dict[str, torch.Tensor], name: str, source: str) -> dict[str, dict]:
     """`{name: shape}` for a RobertaForSequenceClassification state dict, else {}."""
     if "classifier.dense.weight" not in state:
         return {}
