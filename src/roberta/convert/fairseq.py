@@ -208,7 +208,7 @@ def upgrade_names(state: dict[str, torch.Tensor], s: str) -> dict[str, torch.Ten
 
 
 def classification_heads(state: dict[str, torch.Tensor]) -> dict[str, dict[str, int]]:
-    """`{name: shape}` of the heads in a fairseq state dict."""
+    """`{name: spec}` of the classification heads in a fairseq state dict."""
     return {
         k.split(".")[1]: mapping.classifier_spec(state[k], state[k.replace("out_proj", "dense")])
         for k in state

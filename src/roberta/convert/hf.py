@@ -122,7 +122,7 @@ def read_state(weights: Path, map_location: str | torch.device) -> dict[str, tor
 
 
 def classifier_heads(state: dict[str, torch.Tensor], name: str, source: str) -> dict[str, dict]:
-    """`{name: shape}` for a RobertaForSequenceClassification state dict, else {}."""
+    """`{name: spec}` for a RobertaForSequenceClassification state dict, else {}."""
     if "classifier.dense.weight" not in state:
         return {}
     if "classifier.out_proj.weight" not in state:
