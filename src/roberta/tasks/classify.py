@@ -207,7 +207,7 @@ def classify_objective(
         tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
         flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
         batches_per_epoch=batcher.per_epoch,
-        best_metric=(task.best_metric if len(dev_sets) == 1 else f"{next(iter(dev_sets))}/{task.best_metric}"),
+        best_metric=task.best_metric if len(dev_sets) <= 1 else f"{next(iter(dev_sets))}/{task.best_metric}",
         higher_is_better=True,
     )
 

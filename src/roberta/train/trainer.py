@@ -177,7 +177,8 @@ def train(
     batches = objective.train_batches(step * accumulation)
     last_checkpoint = run_state.latest_checkpoint(run_dir) if env.is_main else None
     valid: dict[str, float] = {}
-    window: dict[str, float] = {}
+    # Sums since the last logged step; kept in checkpoints so that a resumed run logs the same figures.
+    window: dict[str, float] = dict(state.get("window", {})) if state else {}
     window_tokens, window_time = 0, 0.0
 
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not env.is_main, desc=objective.name, dynamic_ncols=True)
@@ -262,6 +263,7 @@ def train(
                     "world_size": env.world_size,
                     "job": job.to_dict(),
                     "best": best,
+                    "window": dict(window),
                 }
                 plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
                 if env.is_main:

@@ -1,0 +1,203 @@
+"""Fine-tuning through `roberta finetune glue|classify`: it learns, it resumes bit for bit, it
+matches HF transformers step for step, it starts from every checkpoint format, and bad input
+is one line with nothing left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from roberta import RobertaConfig, RobertaModel, checkpoint
+from roberta.cli import main
+from roberta.tokenizer import load_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _micro_models_on_one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def micro(shared_data, tmp_path_factory) -> Path:
+    """A micro model (2 x 64) with the GPT-2 tokenizer, saved as our checkpoint."""
+    tok = load_tokenizer(shared_data / "gpt2_bpe")
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=tok.vocab_size, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
+                           max_positions=130)
+    return checkpoint.save(tmp_path_factory.mktemp("micro") / "ckpt", RobertaModel(config), tok)
+
+
+@pytest.fixture(scope="module")
+def sst128(shared_data, tmp_path_factory) -> Path:
+    """128 SST-2 training sentences as both train.tsv and dev.tsv."""
+    root = tmp_path_factory.mktemp("sst") / "SST-2"
+    root.mkdir()
+    lines = (shared_data / "glue" / "SST-2" / "train.tsv").read_text().splitlines(keepends=True)[:129]
+    for name in ("train.tsv", "dev.tsv"):
+        (root / name).write_text("".join(lines))
+    return root
+
+
+SST_JOB = ["--optim.lr=1e-3", "--train.batch_size=16", "--train.epochs=8"]
+
+
+def finetune_cli(args: list[str], fault: str | None = None, resume: bool = False) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("ROBERTA_FAULT", None)
+    if fault:
+        env["ROBERTA_FAULT"] = fault
+    command = [sys.executable, "-m", "roberta.cli", "finetune", *args, *(["--resume"] if resume else [])]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp_path):
+    args = lambda out: ["glue", "--task", "SST-2", "--data", str(sst128), "--init", str(micro), "--out", str(out), *SST_JOB]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    procs = [finetune_cli(args(whole)), finetune_cli(args(killed), fault="step-21:micro-batch-0")]
+    (rc_whole, log_whole), (rc_killed, _) = [(p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]]
+    assert rc_whole == 0, log_whole
+    assert rc_killed == -signal.SIGKILL
+    resumed = finetune_cli(args(killed), resume=True)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out + err
+
+    # The wiring learns: 128 sentences fitted to >= 95% accuracy on themselves.
+    results = json.loads((whole / "results.json").read_text())
+    assert results["best"]["metric"] == "accuracy" and results["best"]["value"] >= 0.95
+    assert len(results["evaluations"]) == 8  # every epoch
+    model, tokenizer = checkpoint.load(whole / "best")
+    assert model.heads["SST-2"].labels == ("0", "1") and tokenizer is not None
+
+    # Resumed: the same figures at every step and the same final weights, dropout on.
+    def figures(run):
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu")} for r in rows]
+
+    assert figures(killed) == figures(whole)
+    final = "checkpoints/step-00000064/model.safetensors"
+    a, b = load_file(str(whole / final)), load_file(str(killed / final))
+    assert all(a[k].equal(b[k]) for k in a)
+    assert json.loads((killed / "results.json").read_text())["best"] == results["best"]
+
+
+def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp_path):
+    """Same initial weights, dropout off, the same batches: our losses are HF's within 1e-5."""
+    transformers = pytest.importorskip("transformers")
+    from roberta.convert import export_hf
+    from roberta.tasks.classify import classify_objective, encode, label_values
+    from roberta.tasks.finetune import load_finetune_job
+    from roberta.tasks.glue import TASKS, read_split, sentence_task
+    from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
+
+    task = TASKS["SST-2"]
+    job = load_finetune_job(None, ["--train.max_steps=20", "--train.epochs=0", "--schedule.warmup_steps=2",
+                                   "--schedule.warmup_fraction=0", "--optim.lr=5e-4"], task.lr, 16)
+    model, tok = checkpoint.load(micro)
+    model = RobertaModel(RobertaConfig(**{**model.config.to_dict(), "dropout": 0.0, "attention_dropout": 0.0,
+                                          "classifier_dropout": 0.0}))
+    torch.manual_seed(3)
+    model.add_classification_head("SST-2", 2)
+    export_hf(tmp_path / "hf", model, tok)
+    hf = transformers.RobertaForSequenceClassification.from_pretrained(tmp_path / "hf")
+    hf.roberta.embeddings.token_type_embeddings.weight.requires_grad_(False)  # RoBERTa has none: kept at 0
+
+    examples = read_split(task, sst128 / "train.tsv")
+    objective = classify_objective(sentence_task(task), (encode(tok, examples, 128), label_values(
+        sentence_task(task), examples, "train")), {}, job, tok.pad_id)
+    batches = objective.train_batches(0)
+    ours_opt, hf_opt = build_optimizer(model, job.optim), build_optimizer(hf, job.optim)
+    initial = model.layers[0].fc1.weight.detach().clone()
+    model.train(), hf.train()
+    ours_losses, hf_losses = [], []
+    for step in range(20):
+        batch = next(batches)
+        for opt in (ours_opt, hf_opt):
+            set_learning_rate(opt, learning_rate(step, job.optim.lr, job.schedule, job.train.max_steps))
+        ours = objective.loss(model, batch)["loss"] / len(batch["labels"])
+        theirs = hf(input_ids=batch["input_ids"], attention_mask=batch["input_ids"].ne(tok.pad_id),
+                    labels=batch["labels"]).loss
+        for loss, opt in ((ours, ours_opt), (theirs, hf_opt)):
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        ours_losses.append(ours.item())
+        hf_losses.append(theirs.item())
+    assert ours_losses == pytest.approx(hf_losses, rel=1e-5)
+    assert not model.layers[0].fc1.weight.detach().equal(initial)  # the body trained too
+
+
+def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, tmp_path):
+    from roberta.convert import export_fairseq, export_hf
+
+    model, tok = checkpoint.load(micro)
+    export_hf(tmp_path / "hf", model, tok)
+    export_fairseq(tmp_path / "fairseq", model, tok)
+    steps = ["--train.max_steps=2", "--train.epochs=0", "--train.eval_every=2", "--train.checkpoint_every=2"]
+    for init in (tmp_path / "hf", tmp_path / "fairseq" / "model.pt"):
+        out = tmp_path / f"run-{init.name}"
+        assert main(["finetune", "glue", "--task", "SST-2", "--data", str(sst128), "--init", str(init),
+                     "--out", str(out), *steps]) == 0
+        assert (out / "best" / "config.json").is_file()
+    # STS-B from the SST-2 model's body with a new one-output head (regression, MSE).
+    stsb = tmp_path / "STS-B"
+    stsb.mkdir()
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    rows = "".join(f"{i}\tg\tf\t2012\t{i}\ts\ts\tA man plays {i}.\tA man sings {i % 3}.\t{i % 5}.0\n" for i in range(32))
+    for name in ("train.tsv", "dev.tsv"):
+        (stsb / name).write_text(header + rows)
+    out = tmp_path / "stsb"
+    assert main(["finetune", "glue", "--task", "STS-B", "--data", str(stsb), "--init", str(micro),
+                 "--init-task", str(tmp_path / "run-hf" / "best"), "--out", str(out), *steps]) == 0
+    best = checkpoint.load(out / "best")[0]
+    assert list(best.heads) == ["STS-B"] and best.heads["STS-B"].spec()["num_classes"] == 1
+    record = json.loads((out / "results.json").read_text())
+    assert record["best"]["metric"] == "pearson" and {"loss", "pearson", "spearman"} <= set(record["evaluations"][0])
+
+
+def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
+    words = ["good", "great", "fine", "bad", "awful", "poor"]
+    rows = [(f"this is {w} {i}", "pos" if w in words[:3] else "neg") for i in range(8) for w in words]
+    (tmp_path / "train.csv").write_text("text,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    args = ["finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"),
+            "--text-column", "text", "--label-column", "sentiment", "--init", str(micro), "--out", str(tmp_path / "run"),
+            "--seeds", "2", "--train.max_steps=3", "--train.epochs=0", "--train.eval_every=3", "--train.checkpoint_every=3"]
+    assert main(args) == 0
+    summary = json.loads((tmp_path / "run" / "results.json").read_text())
+    cell = next(iter(summary["cells"].values()))
+    assert [r["seed"] for r in cell["runs"]] == [1, 2] and "median" in cell
+    assert checkpoint.load(tmp_path / "run" / "seed1" / "best")[0].heads["classifier"].labels == ("neg", "pos")
+
+
+def test_bad_fine_tuning_input_is_one_line_and_leaves_no_run(micro, sst128, tmp_path, capsys):
+    (tmp_path / "train.csv").write_text("text,label\nfine,a\nbad,b\n")
+    (tmp_path / "dev.csv").write_text("text,label\nok,c\n")
+    cases = [
+        (["classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"), "--text-column",
+          "text", "--label-column", "label"], "dev.csv:2: label 'c'"),
+        (["classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"), "--text-column",
+          "sentence", "--label-column", "label"], "sentence"),
+        (["glue", "--task", "SST-3", "--data", str(sst128)], "SST-3"),
+        (["glue", "--task", "SST-2", "--data", str(tmp_path)], "train.tsv"),
+        (["glue", "--task", "SST-2", "--data", str(sst128), "--optim.lr=-1"], "optim.lr"),
+        (["glue", "--task", "SST-2", "--data", str(sst128), "--train.batch_size=0"], "train.batch_size"),
+    ]
+    for args, named in cases:
+        out = tmp_path / "run"
+        assert main(["finetune", *args, "--init", str(micro), "--out", str(out)]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("roberta: error:") and named in lines[0], (args, lines)
+        assert not out.exists(), args
+    # A head of the wrong size in --init is named, and nothing is written.
+    model, tok = checkpoint.load(micro)
+    model.add_classification_head("SST-2", 3)
+    checkpoint.save(tmp_path / "three", model, tok)
+    assert main(["finetune", "glue", "--task", "SST-2", "--data", str(sst128), "--init", str(tmp_path / "three"),
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "head 'SST-2' has 3 outputs" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
