@@ -67,3 +67,32 @@ def test_pretrain_errors_are_one_line_user_errors(corpus, tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
     assert main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "c")]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_a_refused_command_leaves_the_run_as_it_was(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert pretrain(corpus, run, "--train.max_steps=3") == 0
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    refused = [
+        (["--train.max_steps=6", "--resume", "--model.hidden_size=32", "--model.num_heads=2"], "hidden_size"),
+        (["--train.max_steps=6", "--resume", "--optim.lr=-1"], "optim.lr"),
+        (["--train.max_steps=0", "--resume"], "train.max_steps"),
+        (["--train.micro_batch_size=-4", "--resume"], "train.micro_batch_size"),
+        (["--model.num_layers=-1"], "model.num_layers"),
+    ]
+    for extra, named in refused:
+        assert pretrain(corpus, run, *extra) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], (extra, err)
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before, extra
+    # --resume where nothing was ever saved writes nothing at all.
+    assert pretrain(corpus, tmp_path / "empty", "--resume") == 2
+    assert not (tmp_path / "empty").exists()
+
+    # A kill while appending to metrics.jsonl leaves a torn last line: resume drops it.
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "split": "tra')
+    assert pretrain(corpus, run, "--train.max_steps=4", "--resume") == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 3, 4, 4]
