@@ -291,11 +291,11 @@ def _finetune_options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(overrides=[])
 
 
-def _finetune_job(args: argparse.Namespace, lr: float, batch_size: int):
+def _finetune_job(args: argparse.Namespace, lr: float, batch_size: int, epochs: float = 10, extra: tuple = ()):
     from roberta.tasks.finetune import load_finetune_job
 
-    extra = [f"--train.eval_every={args.eval_every}"] if args.eval_every else []
-    return load_finetune_job(args.config, args.overrides, lr, batch_size, extra=extra)
+    extra = [*extra, *([f"--train.eval_every={args.eval_every}"] if args.eval_every else [])]
+    return load_finetune_job(args.config, args.overrides, lr, batch_size, epochs, extra=extra)
 
 
 def _print_summary(summary: dict) -> None:
@@ -372,6 +372,58 @@ def _finetune_classify(tasks) -> None:
     p.set_defaults(handler=run)
 
 
+def _finetune_squad(tasks) -> None:
+    p = tasks.add_parser(
+        "squad",
+        help="SQuAD v1.1 / v2.0 extractive QA from the official JSON files",
+        description="Fine-tunes a span head (v2.0: and an answerable classifier on <s>, losses summed) on windows "
+        "over the contexts with the paper's recipe (LR 1.5e-5, batch 48, 2 epochs, max length 384), keeps the "
+        "best dev F1 as RUN/best/ and writes its dev answers to RUN/predictions.json (v2.0: at the null "
+        "threshold best on dev, with RUN/null_odds.json).",
+    )
+    p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the files")
+    p.add_argument("--train", required=True, metavar="FILE", help="official training JSON, e.g. train-v1.1.json")
+    p.add_argument("--dev", required=True, metavar="FILE", help="official dev JSON, e.g. dev-v1.1.json")
+    p.add_argument("--stride", type=int, default=128, help="context tokens shared by consecutive windows (default 128)")
+    p.add_argument("--max-query", type=int, default=64, help="question tokens kept (default 64)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.finetune import run_all
+        from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, SQUAD_MAX_LENGTH, finetune_squad
+
+        job = _finetune_job(args, SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
+        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_squad(
+            cell, args.version, args.train, args.dev, args.init, out, init_task=args.init_task, resume=args.resume,
+            stride=args.stride, max_query=args.max_query)))
+
+    p.set_defaults(handler=run)
+
+
+def _finetune_race(tasks) -> None:
+    p = tasks.add_parser(
+        "race",
+        help="RACE multiple-choice reading comprehension from its directories",
+        description="Reads DIR/train, DIR/dev and, if present, DIR/test (each with high/ and middle/ RACE files), "
+        "scores each (passage, question + option) on <s> and trains softmax over the 4 options with the "
+        "paper's recipe (LR 1e-5, batch 16, 4 epochs, max length 512); accuracy overall, middle and high on "
+        "dev and test, the best dev accuracy kept as RUN/best/.",
+    )
+    p.add_argument("--data", required=True, metavar="DIR", help="RACE directory: train/ dev/ [test/]")
+    p.add_argument("--max-qa", type=int, default=128, help="question + option tokens kept (default 128)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.finetune import run_all
+        from roberta.tasks.race import RACE_BATCH, RACE_EPOCHS, RACE_LR, finetune_race
+
+        job = _finetune_job(args, RACE_LR, RACE_BATCH, RACE_EPOCHS)
+        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_race(
+            cell, args.data, args.init, out, init_task=args.init_task, resume=args.resume, max_qa=args.max_qa)))
+
+    p.set_defaults(handler=run)
+
+
 def _evaluate_glue(tasks) -> None:
     p = tasks.add_parser(
         "glue",
@@ -425,7 +477,7 @@ def _evaluate_squad(tasks) -> None:
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 # `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
-FINETUNE_TASKS: list = [_finetune_glue, _finetune_classify]
+FINETUNE_TASKS: list = [_finetune_glue, _finetune_classify, _finetune_squad, _finetune_race]
 EVALUATE_TASKS: list = [_evaluate_glue, _evaluate_squad]
 VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
 

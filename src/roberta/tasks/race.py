@@ -108,3 +108,108 @@ def accuracy_by_level(examples: Sequence[RaceExample], predictions: Sequence[int
         if hits:
             result[name] = 100.0 * sum(hits) / len(hits)
     return result
+
+
+# --- fine-tuning: one score per option on <s>, softmax over the 4 -----------------------------
+
+# shared/docs/REFERENCE.md: the paper's RACE recipe.
+RACE_LR, RACE_BATCH, RACE_EPOCHS = 1e-5, 16, 4
+RACE_HEAD = "race"
+
+
+def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
+                   eval_sets: dict[str, tuple[list[list[list[int]]], list[RaceExample]]],
+                   job, pad_id: int, rank: int = 0, world: int = 0):
+    """The objective over encoded questions (4 id lists each) and their examples: the batch's
+    `input_ids` are [B*4, T], the head's one output per row is read as [B, 4] option scores."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from roberta.tasks.finetune import LengthBatches, eval_batches, pad
+    from roberta.train.metrics import training_flops_per_token
+    from roberta.train.trainer import EXAMPLES, Objective
+
+    world = world or 1
+    micro = max(1, min(job.train.micro_batch_size, job.train.batch_size // world))
+    choices, examples = train
+    batcher = LengthBatches([max(map(len, c)) for c in choices], micro, job.train.seed, rank, world,
+                            job.data.group_by_length)
+
+    def collate(encoded: list[list[list[int]]], items: list[RaceExample], indices) -> dict:
+        return {
+            "input_ids": pad([ids for i in indices for ids in encoded[i]], pad_id),
+            "labels": torch.tensor([items[i].label for i in indices], dtype=torch.long),
+            "level": torch.tensor([LEVELS.index(items[i].level) for i in indices], dtype=torch.long),
+        }
+
+    def batches(encoded, items):
+        lengths = [max(map(len, c)) for c in encoded]
+        return lambda: (collate(encoded, items, b) for b in eval_batches(lengths, micro, rank, world))
+
+    def add_heads(model) -> None:
+        if RACE_HEAD not in model.heads:
+            model.add_classification_head(RACE_HEAD, 1)
+
+    def loss(model, batch: dict) -> dict:
+        scores = model.classify(RACE_HEAD, model(batch["input_ids"]).last_hidden_state).float().view(-1, len(LETTERS))
+        predictions = scores.argmax(-1)
+        return {"loss": F.cross_entropy(scores, batch["labels"], reduction="sum"),
+                "correct": (predictions == batch["labels"]).sum(),
+                EXAMPLES: {"prediction": predictions, "label": batch["labels"], "level": batch["level"]}}
+
+    def metrics(sums: dict[str, float], gathered: dict[str, np.ndarray]) -> dict[str, float]:
+        n = max(sums["loss_count"], 1.0)
+        figures = {"loss": sums["loss"] / n}
+        if gathered:
+            hits = gathered["prediction"] == gathered["label"]
+            figures["accuracy"] = 100.0 * float(hits.mean())
+            for level, name in enumerate(LEVELS):
+                chosen = gathered["level"] == level
+                if chosen.any():
+                    figures[name] = 100.0 * float(hits[chosen].mean())
+        else:
+            figures["accuracy"] = 100.0 * sums["correct"] / n
+        return figures
+
+    mean_length = float(np.mean([len(ids) for c in choices for ids in c]))
+    return Objective(
+        name=RACE_HEAD,
+        add_heads=add_heads,
+        train_batches=lambda start: (collate(choices, examples, b) for b in batcher.from_position(start)),
+        eval_sets={name: batches(*data) for name, data in eval_sets.items()},
+        counts=lambda batch: {"loss": len(batch["labels"])},
+        loss=loss,
+        metrics=metrics,
+        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
+        flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
+        batches_per_epoch=batcher.per_epoch,
+        best_metric=f"{next(iter(eval_sets))}/accuracy" if len(eval_sets) > 1 else "accuracy",
+        higher_is_better=True,
+    )
+
+
+def finetune_race(job, data_dir: str | Path, init: str | Path, out: str | Path, *, init_task: str | Path | None = None,
+                  resume: bool = False, max_qa: int = 128):
+    """Fine-tune `init` on DIR/train, evaluating on DIR/dev and DIR/test (when there); RUN/best/
+    holds the best dev accuracy."""
+    import torch
+
+    from roberta.tasks.finetune import check_head, start_model
+    from roberta.train import distributed
+    from roberta.train.trainer import train as train_run
+
+    data_dir = Path(data_dir)
+    splits = {name: read_race(data_dir / name) for name in ("train", "dev", "test")
+              if name != "test" or (data_dir / name).is_dir()}
+    env = distributed.setup(job.train.device)
+    torch.manual_seed(job.train.seed)  # the new head's initial weights
+    model, tokenizer = start_model(init, init_task)
+    check_head(model, RACE_HEAD, 1, init)
+    max_length = min(job.data.max_length, model.config.max_tokens)
+    encoded = {name: ([encode_choices(tokenizer, e, max_length, max_qa) for e in examples], examples)
+               for name, examples in splits.items()}
+    train = encoded.pop("train")
+    objective = race_objective(train, encoded, job, tokenizer.pad_id, env.rank, env.world_size)
+    run_info = {"task": "race", "init": str(init_task or init)}
+    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, env=env, run_info=run_info)

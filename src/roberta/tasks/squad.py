@@ -435,3 +435,181 @@ def _read_mapping(path: str | Path, kind) -> dict:
 def write_predictions(path: str | Path, predictions: dict) -> None:
     """A predictions ({id: text}) or null-odds ({id: float}) file in the official format, written atomically."""
     write_json(path, predictions)
+
+
+# ---------------------------------------------------------------- fine-tuning
+
+# shared/docs/REFERENCE.md: the paper's SQuAD recipe.
+SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_MAX_LENGTH = 1.5e-5, 48, 2, 384
+
+
+@dataclass(frozen=True)
+class SquadTask:
+    version: str
+    name: str = "squad"  # the span head; v2.0's answerable classifier is "<name>-answerable"
+
+    @property
+    def answerable(self) -> str:
+        return f"{self.name}-answerable"
+
+
+def window_logits(model, name: str, hidden, input_ids, pad_id: int):
+    """Start and end logits [B, T] in float32, padding pushed to the lowest value so that it is
+    never a training target's rival nor a decoded span."""
+    import torch
+
+    start, end = (x.float() for x in model.classify(name, hidden))
+    padding = input_ids.eq(pad_id)
+    low = torch.finfo(torch.float32).min
+    return start.masked_fill(padding, low), end.masked_fill(padding, low)
+
+
+def decode_windows(task: SquadTask, examples: Sequence[SquadExample], windows: Sequence[SquadWindow],
+                   window_index: np.ndarray, start: np.ndarray, end: np.ndarray) -> Decoded:
+    """`decode` over the windows whose logits came back (rows in any order, as gathered)."""
+    rows = np.asarray(window_index, dtype=np.int64)
+    return decode(examples, [windows[w] for w in rows], start, end, version=task.version)
+
+
+def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: tuple[Sequence[SquadExample], Sequence[SquadWindow]],
+                    job, pad_id: int, max_length: int, rank: int = 0, world: int = 0):
+    """Span extraction on windows: (CE(start) + CE(end)) / 2 per window, as HF's QA head; for
+    v2.0 plus CE of the answerable classifier on `<s>` (the paper sums the two losses). Dev:
+    every window's logits gathered, decoded and scored with the official metric."""
+    import torch
+    import torch.nn.functional as F
+
+    from roberta.tasks.finetune import LengthBatches, eval_batches, pad
+    from roberta.train.metrics import training_flops_per_token
+    from roberta.train.trainer import EXAMPLES, Objective
+
+    world = world or 1
+    micro = max(1, min(job.train.micro_batch_size, job.train.batch_size // world))
+    batcher = LengthBatches([len(w.input_ids) for w in train_windows], micro, job.train.seed, rank, world,
+                            job.data.group_by_length)
+    dev_examples, dev_windows = dev
+
+    def train_batch(indices: np.ndarray) -> dict:
+        chosen = [train_windows[i] for i in indices]
+        return {
+            "input_ids": pad([w.input_ids for w in chosen], pad_id),
+            "start_position": torch.tensor([w.start_position for w in chosen], dtype=torch.long),
+            "end_position": torch.tensor([w.end_position for w in chosen], dtype=torch.long),
+        }
+
+    def dev_batches():
+        # A fixed width: gathered [B, T] logits are concatenated across batches and ranks.
+        for indices in eval_batches([len(w.input_ids) for w in dev_windows], micro, rank, world):
+            yield {"input_ids": pad([dev_windows[i].input_ids for i in indices], pad_id, max_length),
+                   "window": torch.from_numpy(indices.astype(np.int64))}
+
+    def add_heads(model) -> None:
+        from roberta.model import SpanHead
+
+        if task.name not in model.heads:
+            model.add_head(task.name, SpanHead(model.config))
+        if task.version == "2.0" and task.answerable not in model.heads:
+            model.add_classification_head(task.answerable, 2)
+
+    def loss(model, batch: dict) -> dict:
+        input_ids = batch["input_ids"]
+        hidden = model(input_ids).last_hidden_state
+        start, end = window_logits(model, task.name, hidden, input_ids, pad_id)
+        if "window" in batch:
+            return {EXAMPLES: {"window": batch["window"], "start": start, "end": end}}
+        total = (F.cross_entropy(start, batch["start_position"], reduction="sum")
+                 + F.cross_entropy(end, batch["end_position"], reduction="sum")) / 2
+        if task.version == "2.0":
+            # Answerable per window: a window without the answer is trained, like an impossible
+            # question, to point at <s>, so its span targets and its class agree.
+            answerable = batch["start_position"].gt(0).long()
+            total = total + F.cross_entropy(model.classify(task.answerable, hidden).float(), answerable, reduction="sum")
+        return {"loss": total}
+
+    def metrics(sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
+        figures = {"loss": sums["loss"] / max(sums["loss_count"], 1.0)} if "loss" in sums else {}
+        if examples:
+            decoded = decode_windows(task, dev_examples, dev_windows, examples["window"], examples["start"], examples["end"])
+            odds = decoded.null_odds if task.version == "2.0" else None
+            figures.update(squad_scores(dev_examples, decoded.predictions, task.version, odds))
+        return figures
+
+    mean_length = float(np.mean([len(w.input_ids) for w in train_windows]))
+    return Objective(
+        name=task.name,
+        add_heads=add_heads,
+        train_batches=lambda start: (train_batch(b) for b in batcher.from_position(start)),
+        eval_sets={"dev": dev_batches},
+        counts=lambda batch: {} if "window" in batch else {"loss": len(batch["input_ids"])},
+        loss=loss,
+        metrics=metrics,
+        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
+        flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
+        batches_per_epoch=batcher.per_epoch,
+        best_metric="f1",
+        higher_is_better=True,
+    )
+
+
+def predict_windows(model, task: SquadTask, examples: Sequence[SquadExample], windows: Sequence[SquadWindow],
+                    pad_id: int, batch_size: int = 32) -> Decoded:
+    """Decoded answers of a fine-tuned model (on its own device) for windows made with train=False."""
+    import torch
+
+    from roberta.tasks.finetune import pad
+
+    device = next(model.parameters()).device
+    width = max(len(w.input_ids) for w in windows)
+    starts, ends = [], []
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for i in range(0, len(windows), batch_size):
+            input_ids = pad([w.input_ids for w in windows[i : i + batch_size]], pad_id, width).to(device)
+            hidden = model(input_ids).last_hidden_state
+            start, end = window_logits(model, task.name, hidden, input_ids, pad_id)
+            starts.append(start.cpu().numpy())
+            ends.append(end.cpu().numpy())
+    model.train(was_training)
+    return decode_windows(task, examples, windows, np.arange(len(windows)), np.concatenate(starts), np.concatenate(ends))
+
+
+def finetune_squad(job, version: str, train_path: str | Path, dev_path: str | Path, init: str | Path, out: str | Path,
+                   *, init_task: str | Path | None = None, resume: bool = False, name: str = "squad",
+                   stride: int = 128, max_query: int = 64):
+    """Fine-tune `init` on SQuAD; RUN/best/ holds the best dev F1, and RUN/predictions.json (v2.0:
+    at the null threshold best on dev, with RUN/null_odds.json) are that checkpoint's dev answers."""
+    import torch
+
+    from roberta.convert import load_any
+    from roberta.tasks.finetune import start_model
+    from roberta.train import distributed
+    from roberta.train.trainer import BEST_DIR
+    from roberta.train.trainer import train as train_run
+
+    task = SquadTask(version, name)
+    _check_version(version)
+    train_examples, dev_examples = read_squad(train_path, version), read_squad(dev_path, version)
+    env = distributed.setup(job.train.device)
+    torch.manual_seed(job.train.seed)  # the new heads' initial weights
+    model, tokenizer = start_model(init, init_task)
+    max_length = min(job.data.max_length, model.config.max_tokens)
+    train_windows = make_windows(tokenizer, train_examples, max_length, stride, max_query, train=True).windows
+    if not train_windows:
+        raise UserError(f"{train_path}: no question could be trained on (every answer_start mismatched)")
+    dev_windows = make_windows(tokenizer, dev_examples, max_length, stride, max_query, train=False).windows
+    objective = squad_objective(task, train_windows, (dev_examples, dev_windows), job, tokenizer.pad_id, max_length,
+                                env.rank, env.world_size)
+    run_info = {"task": f"squad-{version}", "init": str(init_task or init)}
+    result = train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, env=env, run_info=run_info)
+    if env.is_main and result.best is not None:
+        best, _ = load_any(Path(out) / BEST_DIR)
+        decoded = predict_windows(best.to(env.device), task, dev_examples, dev_windows, tokenizer.pad_id,
+                                  job.train.micro_batch_size)
+        predictions = decoded.predictions
+        if version == "2.0":
+            threshold, _ = choose_null_threshold(dev_examples, decoded.best_spans, decoded.null_odds)
+            predictions = apply_null_threshold(decoded.best_spans, decoded.null_odds, threshold)
+            write_predictions(Path(out) / "null_odds.json", decoded.null_odds)
+        write_predictions(Path(out) / "predictions.json", predictions)
+    return result
