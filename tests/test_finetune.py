@@ -132,7 +132,7 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
     assert not model.layers[0].fc1.weight.detach().equal(initial)  # the body trained too
 
 
-def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, tmp_path):
+def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, shared_data, tmp_path):
     from roberta.convert import export_fairseq, export_hf
 
     model, tok = checkpoint.load(micro)
@@ -159,6 +159,15 @@ def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, tmp_path):
     record = json.loads((out / "results.json").read_text())
     assert record["best"]["metric"] == "pearson" and {"loss", "pearson", "spearman"} <= set(record["evaluations"][0])
 
+    # The GLUE leaderboard file from RUN/best for a test TSV.
+    test = tmp_path / "test.tsv"
+    test.write_text("".join((shared_data / "glue" / "SST-2" / "test.tsv").read_text().splitlines(keepends=True)[:21]))
+    assert main(["predict", str(tmp_path / "run-hf" / "best"), "--task", "SST-2", "--input", str(test),
+                 "--out", str(tmp_path / "SST-2.tsv")]) == 0
+    rows = [r.split("\t") for r in (tmp_path / "SST-2.tsv").read_text().splitlines()]
+    assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == [str(i) for i in range(20)]
+    assert {r[1] for r in rows[1:]} <= {"0", "1"}
+
 
 def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
     words = ["good", "great", "fine", "bad", "awful", "poor"]
@@ -172,6 +181,12 @@ def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
     cell = next(iter(summary["cells"].values()))
     assert [r["seed"] for r in cell["runs"]] == [1, 2] and "median" in cell
     assert checkpoint.load(tmp_path / "run" / "seed1" / "best")[0].heads["classifier"].labels == ("neg", "pos")
+    # `roberta predict` prints the label names the head keeps.
+    (tmp_path / "new.tsv").write_text("text\nthis is good\nthis is awful\n")
+    assert main(["predict", str(tmp_path / "run" / "seed1" / "best"), "--head", "classifier", "--columns", "text",
+                 "--input", str(tmp_path / "new.tsv"), "--out", str(tmp_path / "out.tsv")]) == 0
+    rows = [r.split("\t") for r in (tmp_path / "out.tsv").read_text().splitlines()]
+    assert len(rows) == 3 and {r[0] for r in rows[1:]} <= {"neg", "pos"}
 
 
 def test_bad_fine_tuning_input_is_one_line_and_leaves_no_run(micro, sst128, tmp_path, capsys):

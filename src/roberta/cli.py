@@ -234,7 +234,9 @@ def _predict(subparsers) -> None:
         "one-output regression head: its score); written under a temporary name, then renamed.",
     )
     _hub_options(p)
-    p.add_argument("--head", required=True, help="classification head name")
+    p.add_argument("--head", help="classification head name (required without --task)")
+    p.add_argument("--task", metavar="T", help="a GLUE task: read --input as its test TSV and write the leaderboard "
+                   "file (index, label name; a score for STS-B) with the head named T")
     p.add_argument("--input", required=True, help="TSV file (tab-separated, no quoting)")
     p.add_argument("--out", required=True, help="TSV file to write")
     p.add_argument("--columns", default="0",
@@ -247,6 +249,14 @@ def _predict(subparsers) -> None:
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import predict_file
 
+        if args.task:
+            from roberta.tasks.glue import get_task, predict_test_file
+
+            task = get_task(args.task)
+            print(f"{args.out}: {predict_test_file(_load_hub(args), task, args.input, args.out)} predictions")
+            return
+        if not args.head:
+            raise UserError("predict: give --head (or --task for a GLUE test file)")
         rows = predict_file(_load_hub(args), args.head, args.input, args.out, columns=args.columns,
                             header=args.header, truncate=args.truncate, progress=not args.no_progress)
         print(f"{args.out}: {rows} predictions")

@@ -94,8 +94,9 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
                  header: bool = False, truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True) -> int:
     """Classify each row of the TSV `input` (text in one column, or a pair in two) with `head`.
 
-    `out` gets a header and one row per input row: the predicted label index and each class's
-    probability, or for a one-output (regression) head its score.
+    `out` gets a header and one row per input row: the predicted label (its name if the head
+    carries label names, else its index) and each class's probability, or for a one-output
+    (regression) head its score.
     """
     input, out = Path(input), Path(out)
     wanted = parse_columns(columns)
@@ -103,6 +104,7 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
     total = count_lines(input) - (header or named)
     if total <= 0:
         raise UserError(f"{input}: no rows to predict")
+    labels = getattr(roberta.model.heads[head], "labels", ()) if head in roberta.model.heads else ()
     make_parent(out)
     with atomic_write(out) as sink, tqdm(total=total, unit="row", desc="predict", disable=not progress) as bar:
         indices: list[int] | None = None if named or header else list(wanted)
@@ -122,7 +124,7 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
                 classes = logits.size(1)
                 sink.write("score\n" if classes == 1 else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n")
                 wrote_header = True
-            sink.writelines(_prediction_row(row) for row in logits)
+            sink.writelines(_prediction_row(row, labels) for row in logits)
             bar.update(len(lines))
     return total
 
@@ -146,8 +148,10 @@ def _fields(line: str, indices: list[int], path: Path, number: int) -> list[str]
     return [cells[i] for i in indices]
 
 
-def _prediction_row(logits) -> str:
+def _prediction_row(logits, labels: tuple[str, ...] = ()) -> str:
+    """The predicted label (its name when the head has label names) and each class's probability."""
     if logits.numel() == 1:
         return f"{logits.item():.6g}\n"
     probs = logits.softmax(dim=-1)
-    return "\t".join([str(int(probs.argmax())), *(f"{p:.6g}" for p in probs.tolist())]) + "\n"
+    best = int(probs.argmax())
+    return "\t".join([labels[best] if labels else str(best), *(f"{p:.6g}" for p in probs.tolist())]) + "\n"

@@ -180,3 +180,15 @@ def sentence_task(task: GlueTask):
     from roberta.tasks.classify import SentenceTask
 
     return SentenceTask(task.name, task.labels, lambda p, y: metrics(task, list(p), list(y)), task.metric)
+
+
+def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Path) -> int:
+    """The GLUE leaderboard file for `input` (a test TSV) from the fine-tuned head named after the
+    task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training."""
+    examples = read_split(task, input, labelled=False)
+    pairs = [e.pair for e in examples] if task.pair_column else None
+    tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_tokens)
+    logits = roberta.predict(task.name, tokens, return_logits=True).float()
+    predictions = logits.squeeze(-1).tolist() if task.regression else logits.argmax(-1).tolist()
+    write_predictions(task, out, [e.index for e in examples], predictions)
+    return len(examples)
