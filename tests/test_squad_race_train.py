@@ -66,6 +66,13 @@ def test_squad_overfits_its_training_questions(one_thread, shared_data, micro_in
     assert (run / "null_odds.json").is_file() == (version == "2.0")
     if version == "2.0":
         assert final["NoAns_total"] == impossible
+    else:  # the hub answers as the dev decoding did
+        import roberta
+
+        qa = squad_slice(shared_data / "squad" / "dev-v1.1.json", 64)["data"][0]["paragraphs"][0]
+        answers = roberta.load(run / "best").answer([q["question"] for q in qa["qas"]], [qa["context"]] * len(qa["qas"]), topk=2)
+        assert [a[0][0] for a in answers] == [predictions[q["id"]] for q in qa["qas"]]
+        assert all(len(a) == 2 and a[0][1] >= a[1][1] and qa["context"][a[0][2]:].startswith(a[0][0]) for a in answers)
     assert seconds < 60, seconds
     capsys.readouterr()
 

@@ -203,6 +203,23 @@ class Roberta(nn.Module):
                 tokens, lambda batch, _: list(self.model.classify(head, self.model(batch).last_hidden_state))))
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
+    def answer(self, question: str | Sequence[str], context: str | Sequence[str], topk: int = 1,
+               name: str = "squad") -> list:
+        """Extractive QA with the span head `name`: the `topk` best spans [(text, score, char_start)]
+        of `context`, decoded as SQuAD dev is; for lists of questions and contexts, one such list each."""
+        from roberta.tasks.squad import SquadExample, SquadTask, make_windows, predict_windows
+
+        single = isinstance(question, str)
+        questions, contexts = ([question], [context]) if single else (list(question), list(context))
+        if len(questions) != len(contexts):
+            raise UserError(f"{len(questions)} questions but {len(contexts)} contexts")
+        self.model._require_head(name)
+        examples = [SquadExample(str(i), q, c, ()) for i, (q, c) in enumerate(zip(questions, contexts))]
+        windows = make_windows(self.tokenizer, examples, min(384, self.max_tokens), train=False).windows
+        decoded = predict_windows(self.model, SquadTask("1.1", name), examples, windows, self.tokenizer.pad_id)
+        answers = [[(s.text, s.score, s.char_start) for s in decoded.nbest[e.id][:topk]] for e in examples]
+        return answers[0] if single else answers
+
     def fill_mask(self, masked_input: str | Sequence[str], topk: int = 5):
         """The `topk` fillings of the one `<mask>` in a text: [(filled text, probability, token)].
 
