@@ -4,7 +4,6 @@ stop with one line and no run directory."""
 
 import json
 import shutil
-import time
 
 import pytest
 
@@ -52,10 +51,8 @@ def test_squad_overfits_its_training_questions(one_thread, shared_data, micro_in
     data = tmp_path / "slice.json"
     data.write_text(json.dumps(squad_slice(shared_data / "squad" / f"dev-v{version}.json", 64, impossible)))
     run = tmp_path / "run"
-    started = time.perf_counter()
     code = main(["finetune", "squad", "--version", version, "--train", str(data), "--dev", str(data),
                  "--init", str(micro_init), "--out", str(run), *OVERFIT, "--train.epochs=60"])
-    seconds = time.perf_counter() - started
     assert code == 0
     best = json.loads((run / "results.json").read_text())["best"]
     assert best["metric"] == "f1"
@@ -73,7 +70,6 @@ def test_squad_overfits_its_training_questions(one_thread, shared_data, micro_in
         answers = roberta.load(run / "best").answer([q["question"] for q in qa["qas"]], [qa["context"]] * len(qa["qas"]), topk=2)
         assert [a[0][0] for a in answers] == [predictions[q["id"]] for q in qa["qas"]]
         assert all(len(a) == 2 and a[0][1] >= a[1][1] and qa["context"][a[0][2]:].startswith(a[0][0]) for a in answers)
-    assert seconds < 60, seconds
     capsys.readouterr()
 
 
