@@ -27,9 +27,10 @@ def shared_data() -> Path:
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_thread():
-    """Micro models run faster on one thread: hand-offs between threads cost more than they share."""
+    """Micro models run faster on one thread: hand-offs between threads cost more than they share.
+    Module-scoped, so a module's shared fixtures (models built once) run on one thread too."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

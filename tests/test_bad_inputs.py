@@ -307,12 +307,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Micro-model ops only lose to thread hand-offs on the shared host."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _micro_models_on_one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -46,12 +46,8 @@ def train_to_fill(hub: Roberta, steps: int = 60) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Micro-model ops only lose to thread hand-offs: 10x slower with 2 threads on the busy host."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _micro_models_on_one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -301,16 +301,19 @@ def _finetune_options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(overrides=[])
 
 
-def _finetune_job(args: argparse.Namespace, lr: float, batch_size: int, epochs: float = 10, extra: tuple = ()):
-    from roberta.tasks.finetune import load_finetune_job
-
-    extra = [*extra, *([f"--train.eval_every={args.eval_every}"] if args.eval_every else [])]
-    return load_finetune_job(args.config, args.overrides, lr, batch_size, epochs, extra=extra)
-
-
-def _print_summary(summary: dict) -> None:
+def _run_finetune(args: argparse.Namespace, finetune_one, lr: float, batch_size: int, epochs: float = 10,
+                  extra: tuple = ()) -> None:
+    """The task's recipe (its LR, batch, epochs), the --config file and the overrides, then every
+    planned run (one, --seeds or --sweep) of `finetune_one(job, out, init=, init_task=, resume=)`;
+    prints the summary."""
     import json
 
+    from roberta.tasks.finetune import load_finetune_job, run_all
+
+    extra = [*extra, *([f"--train.eval_every={args.eval_every}"] if args.eval_every else [])]
+    job = load_finetune_job(args.config, args.overrides, lr, batch_size, epochs, extra=extra)
+    summary = run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_one(
+        cell, out, init=args.init, init_task=args.init_task, resume=args.resume))
     print(json.dumps(summary, indent=2))
 
 
@@ -330,17 +333,14 @@ def _finetune_glue(tasks) -> None:
         from pathlib import Path
 
         from roberta.tasks.classify import finetune_sentences
-        from roberta.tasks.finetune import run_all
         from roberta.tasks.glue import get_task, read_split, sentence_task
 
         task = get_task(args.task)
         data = Path(args.data)
         train = read_split(task, data / "train.tsv", labelled=True)
         dev = {name: (read_split(task, data / file, labelled=True), data / file) for name, file in task.dev_sets}
-        job = _finetune_job(args, task.lr, task.batch_size)
-        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_sentences(
-            sentence_task(task), cell, train, data / "train.tsv", dev, args.init, out,
-            init_task=args.init_task, resume=args.resume)))
+        _run_finetune(args, lambda job, out, **start: finetune_sentences(
+            sentence_task(task), job, train, data / "train.tsv", dev, out=out, **start), task.lr, task.batch_size)
 
     p.set_defaults(handler=run)
 
@@ -366,7 +366,6 @@ def _finetune_classify(tasks) -> None:
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.classify import SentenceTask, finetune_sentences, label_set, own_data_metrics, read_labelled_file
-        from roberta.tasks.finetune import run_all
 
         columns = dict(text_column=args.text_column, pair_column=args.pair_column, label_column=args.label_column,
                        regression=args.regression)
@@ -374,10 +373,8 @@ def _finetune_classify(tasks) -> None:
         dev = read_labelled_file(args.dev, **columns)
         labels = () if args.regression else label_set(train, args.train)
         task = SentenceTask(args.head, labels, own_data_metrics(labels), "pearson" if args.regression else "accuracy")
-        job = _finetune_job(args, args.lr, args.batch_size)
-        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_sentences(
-            task, cell, train, args.train, {"dev": (dev, args.dev)}, args.init, out,
-            init_task=args.init_task, resume=args.resume)))
+        _run_finetune(args, lambda job, out, **start: finetune_sentences(
+            task, job, train, args.train, {"dev": (dev, args.dev)}, out=out, **start), args.lr, args.batch_size)
 
     p.set_defaults(handler=run)
 
@@ -399,13 +396,11 @@ def _finetune_squad(tasks) -> None:
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.finetune import run_all
         from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, SQUAD_MAX_LENGTH, finetune_squad
 
-        job = _finetune_job(args, SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
-        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_squad(
-            cell, args.version, args.train, args.dev, args.init, out, init_task=args.init_task, resume=args.resume,
-            stride=args.stride, max_query=args.max_query)))
+        _run_finetune(args, lambda job, out, **start: finetune_squad(
+            job, args.version, args.train, args.dev, out=out, stride=args.stride, max_query=args.max_query, **start),
+            SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
 
     p.set_defaults(handler=run)
 
@@ -424,12 +419,10 @@ def _finetune_race(tasks) -> None:
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.finetune import run_all
         from roberta.tasks.race import RACE_BATCH, RACE_EPOCHS, RACE_LR, finetune_race
 
-        job = _finetune_job(args, RACE_LR, RACE_BATCH, RACE_EPOCHS)
-        _print_summary(run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_race(
-            cell, args.data, args.init, out, init_task=args.init_task, resume=args.resume, max_qa=args.max_qa)))
+        _run_finetune(args, lambda job, out, **start: finetune_race(job, args.data, out=out, max_qa=args.max_qa, **start),
+                      RACE_LR, RACE_BATCH, RACE_EPOCHS)
 
     p.set_defaults(handler=run)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,6 @@ from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.tasks.rows import read_records
 from roberta.train.config import JobConfig
-from roberta.train.metrics import training_flops_per_token
 from roberta.train.trainer import EXAMPLES, Batch, Objective, TrainResult
 from roberta.train.trainer import train as train_run
 
@@ -147,15 +146,11 @@ def label_values(task: SentenceTask, examples: Sequence[Example], path: str | Pa
 
 def classify_objective(
     task: SentenceTask, train: tuple[list[list[int]], list], dev_sets: dict[str, tuple[list[list[int]], list]],
-    job: JobConfig, pad_id: int, rank: int = 0, world: int = 0,
+    job: JobConfig, pad_id: int, rank: int = 0, world: int = 1,
 ) -> Objective:
     """The objective over encoded examples: `train` and each dev set as (token ids, label values)."""
-    from roberta.tasks.finetune import LengthBatches, eval_batches, pad
+    from roberta.tasks.finetune import batched_objective, pad
 
-    world = world or 1
-    micro = max(1, min(job.train.micro_batch_size, job.train.batch_size // world))
-    ids, values = train
-    batcher = LengthBatches([len(x) for x in ids], micro, job.train.seed, rank, world, job.data.group_by_length)
     dtype = torch.float32 if task.regression else torch.long
 
     def collate(token_ids: list[list[int]], gold: list, indices: np.ndarray) -> Batch:
@@ -165,8 +160,8 @@ def classify_objective(
             "index": torch.from_numpy(indices.astype(np.int64)),
         }
 
-    def dev_batches(token_ids, gold) -> Callable[[], Iterator[Batch]]:
-        return lambda: (collate(token_ids, gold, b) for b in eval_batches([len(x) for x in token_ids], micro, rank, world))
+    def held_out(token_ids: list[list[int]], gold: list) -> tuple[list[int], Callable[[np.ndarray], Batch]]:
+        return [len(x) for x in token_ids], lambda indices: collate(token_ids, gold, indices)
 
     def add_heads(model: RobertaModel) -> None:
         if task.name not in model.heads:
@@ -195,20 +190,11 @@ def classify_objective(
             figures.update(task.metrics(predictions, gold))
         return figures
 
-    mean_length = float(np.mean([len(x) for x in ids]))
-    return Objective(
-        name=task.name,
-        add_heads=add_heads,
-        train_batches=lambda start: (collate(ids, values, b) for b in batcher.from_position(start)),
-        eval_sets={name: dev_batches(*dev) for name, dev in dev_sets.items()},
-        counts=lambda batch: {"loss": len(batch["labels"])},
-        loss=loss,
-        metrics=metrics,
-        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
-        flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
-        batches_per_epoch=batcher.per_epoch,
-        best_metric=task.best_metric if len(dev_sets) <= 1 else f"{next(iter(dev_sets))}/{task.best_metric}",
-        higher_is_better=True,
+    return batched_objective(
+        task.name, job=job, pad_id=pad_id, rank=rank, world=world,
+        train_lengths=[len(x) for x in train[0]], train_batch=lambda indices: collate(*train, indices),
+        eval_sets={name: held_out(*dev) for name, dev in dev_sets.items()},
+        add_heads=add_heads, loss=loss, metrics=metrics, best_metric=task.best_metric,
     )
 
 

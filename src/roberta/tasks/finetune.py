@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -26,7 +26,8 @@ from roberta.errors import UserError
 from roberta.io import write_json
 from roberta.model import RobertaModel
 from roberta.train.config import JobConfig, load_job_config
-from roberta.train.trainer import TrainResult
+from roberta.train.metrics import training_flops_per_token
+from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan
 
 MEGA_BATCH = 50  # micro-batches sorted together: HF's group_by_length factor
 
@@ -123,6 +124,39 @@ def eval_batches(lengths: Sequence[int], micro: int, rank: int, world: int) -> l
     order = np.argsort(-np.asarray(lengths), kind="stable")
     batches = [order[i : i + micro] for i in range(0, len(order), micro)]
     return batches[rank::world]
+
+
+def batched_objective(
+    name: str, *, job: JobConfig, pad_id: int, rank: int, world: int,
+    train_lengths: Sequence[int], train_batch: Callable[[np.ndarray], Batch],
+    eval_sets: dict[str, tuple[Sequence[int], Callable[[np.ndarray], Batch]]],
+    add_heads: Callable[[RobertaModel], None], loss: Callable, metrics: Callable, best_metric: str,
+    counts: Callable[[Batch], dict[str, float]] = lambda batch: {"loss": len(batch["labels"])},
+) -> Objective:
+    """A fine-tuning Objective whose examples are batched here: training micro-batches by
+    `LengthBatches` over `train_lengths`, each held-out set (its lengths, its collate) sorted by
+    length. `train_batch` and the collates turn example indices into a batch. With several
+    held-out sets, `best_metric` is read from the first ("set/metric")."""
+    micro, _ = batch_plan(job, world)
+    batcher = LengthBatches(train_lengths, micro, job.train.seed, rank, world, job.data.group_by_length)
+
+    def held_out(lengths: Sequence[int], collate: Callable[[np.ndarray], Batch]) -> Callable[[], Iterable[Batch]]:
+        return lambda: (collate(b) for b in eval_batches(lengths, micro, rank, world))
+
+    mean_length = round(float(np.mean(train_lengths)))
+    return Objective(
+        name=name,
+        add_heads=add_heads,
+        train_batches=lambda start: (train_batch(b) for b in batcher.from_position(start)),
+        eval_sets={set_name: held_out(*data) for set_name, data in eval_sets.items()},
+        counts=counts,
+        loss=loss,
+        metrics=metrics,
+        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
+        flops_per_token=lambda config: training_flops_per_token(config, mean_length),
+        batches_per_epoch=batcher.per_epoch,
+        best_metric=best_metric if len(eval_sets) <= 1 else f"{next(iter(eval_sets))}/{best_metric}",
+    )
 
 
 def pad(sequences: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> torch.Tensor:

@@ -91,7 +91,8 @@ def mlm_objective(
         tokens=tokens,
         # The LM head runs on the masked positions only: count it there.
         flops_per_token=lambda config: training_flops_per_token(config, seq_len, head_tokens=mask_prob),
-        best_metric="loss",
+        # No RUN/best by default: a pretraining checkpoint is large and the last one is what is
+        # used; --train.best_metric=loss keeps the lowest held-out loss as well.
         higher_is_better=False,
     )
 

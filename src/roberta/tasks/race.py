@@ -8,13 +8,13 @@ accuracy overall and per level (middle / high school).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from roberta.errors import UserError
+from roberta.io import read_json
 from roberta.tokenizer import Tokenizer
 
 LEVELS = ("middle", "high")
@@ -46,14 +46,7 @@ def read_race(directory: str | Path) -> list[RaceExample]:
 
 
 def _read_file(path: Path, level: str) -> list[RaceExample]:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(record, dict):
-        raise UserError(f"{path}: expected a JSON object")
+    record = read_json(path)
     for name, kind in (("id", str), ("article", str), ("questions", list), ("options", list), ("answers", list)):
         if name not in record:
             raise UserError(f"{path}: missing field '{name}'")
@@ -119,22 +112,15 @@ RACE_HEAD = "race"
 
 def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
                    eval_sets: dict[str, tuple[list[list[list[int]]], list[RaceExample]]],
-                   job, pad_id: int, rank: int = 0, world: int = 0):
+                   job, pad_id: int, rank: int = 0, world: int = 1):
     """The objective over encoded questions (4 id lists each) and their examples: the batch's
     `input_ids` are [B*4, T], the head's one output per row is read as [B, 4] option scores."""
     import numpy as np
     import torch
     import torch.nn.functional as F
 
-    from roberta.tasks.finetune import LengthBatches, eval_batches, pad
-    from roberta.train.metrics import training_flops_per_token
-    from roberta.train.trainer import EXAMPLES, Objective
-
-    world = world or 1
-    micro = max(1, min(job.train.micro_batch_size, job.train.batch_size // world))
-    choices, examples = train
-    batcher = LengthBatches([max(map(len, c)) for c in choices], micro, job.train.seed, rank, world,
-                            job.data.group_by_length)
+    from roberta.tasks.finetune import batched_objective, pad
+    from roberta.train.trainer import EXAMPLES
 
     def collate(encoded: list[list[list[int]]], items: list[RaceExample], indices) -> dict:
         return {
@@ -143,9 +129,8 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
             "level": torch.tensor([LEVELS.index(items[i].level) for i in indices], dtype=torch.long),
         }
 
-    def batches(encoded, items):
-        lengths = [max(map(len, c)) for c in encoded]
-        return lambda: (collate(encoded, items, b) for b in eval_batches(lengths, micro, rank, world))
+    def lengths(encoded: list[list[list[int]]]) -> list[int]:
+        return [max(map(len, c)) for c in encoded]  # a question's four sequences share a batch row's width
 
     def add_heads(model) -> None:
         if RACE_HEAD not in model.heads:
@@ -172,20 +157,12 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
             figures["accuracy"] = 100.0 * sums["correct"] / n
         return figures
 
-    mean_length = float(np.mean([len(ids) for c in choices for ids in c]))
-    return Objective(
-        name=RACE_HEAD,
-        add_heads=add_heads,
-        train_batches=lambda start: (collate(choices, examples, b) for b in batcher.from_position(start)),
-        eval_sets={name: batches(*data) for name, data in eval_sets.items()},
-        counts=lambda batch: {"loss": len(batch["labels"])},
-        loss=loss,
-        metrics=metrics,
-        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
-        flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
-        batches_per_epoch=batcher.per_epoch,
-        best_metric=f"{next(iter(eval_sets))}/accuracy" if len(eval_sets) > 1 else "accuracy",
-        higher_is_better=True,
+    return batched_objective(
+        RACE_HEAD, job=job, pad_id=pad_id, rank=rank, world=world,
+        train_lengths=lengths(train[0]), train_batch=lambda indices: collate(*train, indices),
+        eval_sets={name: (lengths(data[0]), lambda indices, data=data: collate(*data, indices))
+                   for name, data in eval_sets.items()},
+        add_heads=add_heads, loss=loss, metrics=metrics, best_metric="accuracy",
     )
 
 

@@ -472,21 +472,16 @@ def decode_windows(task: SquadTask, examples: Sequence[SquadExample], windows: S
 
 
 def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: tuple[Sequence[SquadExample], Sequence[SquadWindow]],
-                    job, pad_id: int, max_length: int, rank: int = 0, world: int = 0):
+                    job, pad_id: int, max_length: int, rank: int = 0, world: int = 1):
     """Span extraction on windows: (CE(start) + CE(end)) / 2 per window, as HF's QA head; for
     v2.0 plus CE of the answerable classifier on `<s>` (the paper sums the two losses). Dev:
     every window's logits gathered, decoded and scored with the official metric."""
     import torch
     import torch.nn.functional as F
 
-    from roberta.tasks.finetune import LengthBatches, eval_batches, pad
-    from roberta.train.metrics import training_flops_per_token
-    from roberta.train.trainer import EXAMPLES, Objective
+    from roberta.tasks.finetune import batched_objective, pad
+    from roberta.train.trainer import EXAMPLES
 
-    world = world or 1
-    micro = max(1, min(job.train.micro_batch_size, job.train.batch_size // world))
-    batcher = LengthBatches([len(w.input_ids) for w in train_windows], micro, job.train.seed, rank, world,
-                            job.data.group_by_length)
     dev_examples, dev_windows = dev
 
     def train_batch(indices: np.ndarray) -> dict:
@@ -497,11 +492,10 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
             "end_position": torch.tensor([w.end_position for w in chosen], dtype=torch.long),
         }
 
-    def dev_batches():
+    def dev_batch(indices: np.ndarray) -> dict:
         # A fixed width: gathered [B, T] logits are concatenated across batches and ranks.
-        for indices in eval_batches([len(w.input_ids) for w in dev_windows], micro, rank, world):
-            yield {"input_ids": pad([dev_windows[i].input_ids for i in indices], pad_id, max_length),
-                   "window": torch.from_numpy(indices.astype(np.int64))}
+        return {"input_ids": pad([dev_windows[i].input_ids for i in indices], pad_id, max_length),
+                "window": torch.from_numpy(indices.astype(np.int64))}
 
     def add_heads(model) -> None:
         from roberta.model import SpanHead
@@ -534,20 +528,12 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
             figures.update(squad_scores(dev_examples, decoded.predictions, task.version, odds))
         return figures
 
-    mean_length = float(np.mean([len(w.input_ids) for w in train_windows]))
-    return Objective(
-        name=task.name,
-        add_heads=add_heads,
-        train_batches=lambda start: (train_batch(b) for b in batcher.from_position(start)),
-        eval_sets={"dev": dev_batches},
+    return batched_objective(
+        task.name, job=job, pad_id=pad_id, rank=rank, world=world,
+        train_lengths=[len(w.input_ids) for w in train_windows], train_batch=train_batch,
+        eval_sets={"dev": ([len(w.input_ids) for w in dev_windows], dev_batch)},
+        add_heads=add_heads, loss=loss, metrics=metrics, best_metric="f1",
         counts=lambda batch: {} if "window" in batch else {"loss": len(batch["input_ids"])},
-        loss=loss,
-        metrics=metrics,
-        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
-        flops_per_token=lambda config: training_flops_per_token(config, round(mean_length)),
-        batches_per_epoch=batcher.per_epoch,
-        best_metric="f1",
-        higher_is_better=True,
     )
 
 

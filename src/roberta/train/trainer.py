@@ -44,8 +44,8 @@ class Objective:
         sequences); known before the forward pass so the global normaliser can be all-reduced.
     loss: (model, batch) → summed loss per term (same keys as counts) plus any other summed
         statistics (e.g. correct predictions), as 0-d tensors; under the key EXAMPLES, optionally,
-        a dict of per-example 1-d tensors (predictions, labels, example ids) that evaluation
-        gathers from every rank. It runs inside the wrapped (DDP/FSDP) module, heads included.
+        a dict of per-example tensors (first dimension the example: predictions, labels, ids,
+        fixed-width logits) that evaluation gathers from every rank. It runs inside the wrapped (DDP/FSDP) module, heads included.
     metrics: (summed statistics and counts, gathered per-example arrays) → the figures reported.
     eval_sets: named held-out sets (MNLI has two), each this rank's share of its batches.
     flops_per_token: the model config → training FLOPs per token, for MFU.
