@@ -181,6 +181,15 @@ def other_tokenizer_checkpoint(env: Env) -> list[str]:
     return ["fill-mask", str(ckpt), "Hello <mask>."]
 
 
+def edited_tokenizer_checkpoint(env: Env) -> list[str]:
+    """The checkpoint with two dict.txt lines swapped: the same 50265 ids, another fingerprint."""
+    ckpt = Path(env.checkpoint_copy())
+    lines = (ckpt / "dict.txt").read_text().splitlines(keepends=True)
+    lines[100], lines[101] = lines[101], lines[100]
+    (ckpt / "dict.txt").write_text("".join(lines))
+    return ["fill-mask", str(ckpt), "Hello <mask>."]
+
+
 CASES = [
     # ---- prepare
     Case("prepare/truncated-gz", "truncated gzip", argv=lambda e: e.prepare_args(e.file("a.txt.gz", gz_truncated()))),
@@ -211,6 +220,13 @@ CASES = [
     Case("prepare/tokenizer-not-utf8", "not valid UTF-8",
          argv=lambda e: [*e.prepare_args(e.texts()), "--tokenizer",
                          str(Path(e.file("t/vocab.json", b'{"\xff": 0}')).parent) if e.file("t/merges.txt", "") else ""]),
+    # ---- usage mistakes: argparse's own errors, one line too
+    Case("usage/unknown-verb", "invalid choice: 'bogus'", argv=lambda e: ["bogus"]),
+    Case("usage/missing-required", "required: inputs, --tokenizer, --out (see 'roberta prepare --help')",
+         argv=lambda e: ["prepare"]),
+    Case("usage/bad-int", "argument --workers: invalid int value: 'two'",
+         argv=lambda e: [*e.prepare_args(e.texts()), "--workers", "two"]),
+    Case("usage/unknown-option", "unrecognized arguments: --colour", argv=lambda e: [*e.prepare_args(e.texts()), "--colour"]),
     # ---- train-tokenizer
     Case("train-tokenizer/empty-corpus", "empty corpus", argv=lambda e: train_tokenizer(e, e.file("blank.txt", "\n\n"))),
     Case("train-tokenizer/vocab-too-small", "too small", argv=lambda e: train_tokenizer(e, e.texts(), vocab="100")),
@@ -230,6 +246,7 @@ CASES = [
     Case("fill-mask/unknown-device", "device 'foo' unknown", argv=hub_cli("fill-mask", "Hi <mask>.", "--device", "foo")),
     Case("fill-mask/unavailable-device", "device 'cuda:99' unavailable",
          argv=hub_cli("fill-mask", "Hi <mask>.", "--device", "cuda:99")),
+    Case("fill-mask/tokenizer-files-edited", "they were replaced or edited", argv=edited_tokenizer_checkpoint),
     Case("fill-mask/no-mask", "exactly one <mask>", argv=hub_cli("fill-mask", "no mask here")),
     Case("fill-mask/zero-batch-tokens", "--batch-tokens must be at least 1",
          argv=hub_cli("fill-mask", "Hi <mask>.", "--batch-tokens", "0")),

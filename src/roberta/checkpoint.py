@@ -110,6 +110,9 @@ def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
         check_vocabulary(tokenizer, model.config, str(directory))
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
     meta = {"format": FORMAT, "config": model.config.to_dict(), "heads": heads}
+    if tokenizer is not None:
+        # Recorded so that tokenizer files swapped or edited later are refused on load, not decoded wrongly.
+        meta["tokenizer"] = {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size}
     write_json(directory / CONFIG_FILE, meta)
     # safetensors creates its file private (0600): written aside, then published with the umask.
     weights = temporary_path(directory / WEIGHTS_FILE)
@@ -134,7 +137,8 @@ def is_checkpoint(directory: str | Path) -> bool:
         return False
 
 
-def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict[str, int]]]:
+def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict], str | None]:
+    """config.json → (model config, head specs, the fingerprint of the tokenizer it was saved with or None)."""
     path = Path(directory) / CONFIG_FILE
     meta = read_json(path)
     if meta.get("format") != FORMAT:
@@ -143,7 +147,21 @@ def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict[st
         if not isinstance(meta.get(field), dict):
             raise UserError(f"{path}: field {field!r} must be a JSON object")
     heads = {name: _head_spec(spec, f"{path}: heads.{name}") for name, spec in meta["heads"].items()}
-    return RobertaConfig.from_dict(meta["config"], source=f"{path}: config"), heads
+    recorded = meta.get("tokenizer")  # absent in checkpoints written before it was recorded
+    if recorded is not None and not (isinstance(recorded, dict) and isinstance(recorded.get("fingerprint"), str)):
+        raise UserError(f"{path}: field 'tokenizer.fingerprint' must be a string")
+    config = RobertaConfig.from_dict(meta["config"], source=f"{path}: config")
+    return config, heads, recorded["fingerprint"] if recorded else None
+
+
+def check_fingerprint(tokenizer, recorded: str | None, directory: Path) -> None:
+    """Refuse tokenizer files that are not the ones the checkpoint was saved with (same size or not)."""
+    if recorded is not None and tokenizer.fingerprint() != recorded:
+        raise UserError(
+            f"{directory / CONFIG_FILE}: field 'tokenizer.fingerprint' is {recorded[:12]}..., but the tokenizer "
+            f"files in {directory} have fingerprint {tokenizer.fingerprint()[:12]}...: they were replaced or "
+            "edited after the model was saved (put back the tokenizer it was trained with)"
+        )
 
 
 def _is_positive_int(value) -> bool:
@@ -181,10 +199,11 @@ def load(
 ) -> tuple[RobertaModel, object | None]:
     """Read a checkpoint directory → (model in eval mode, tokenizer or None if it holds none)."""
     directory = Path(directory)
-    config, heads = read_config(directory)
+    config, heads, fingerprint = read_config(directory)
     tokenizer = load_tokenizer_if_present(directory)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
+        check_fingerprint(tokenizer, fingerprint, directory)
     state = read_safetensors(directory / WEIGHTS_FILE, map_location)
     model = build_model(config, heads, map_location)
     load_weights(model, state, str(directory / WEIGHTS_FILE))

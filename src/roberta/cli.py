@@ -485,8 +485,16 @@ EVALUATE_TASKS: list = [_evaluate_glue, _evaluate_squad]
 VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes read like every other refusal: one line naming the command, exit status 2.
+    (argparse prints the whole usage block first; `--help` still shows it.)"""
+
+    def error(self, message: str):
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="roberta",
         description="RoBERTa pretraining, fine-tuning, conversion and inference.",
     )
@@ -510,14 +518,14 @@ def describe_os_error(e: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    # Verbs that take `--section.key=value` overrides declare `overrides`; for all others an
-    # unknown argument is still an error.
-    args, unknown = parser.parse_known_args(argv)
-    if unknown and not hasattr(args, "overrides"):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if unknown:
-        args.overrides = [*args.overrides, *unknown]
     try:
+        # Verbs that take `--section.key=value` overrides declare `overrides`; for all others an
+        # unknown argument is still an error.
+        args, unknown = parser.parse_known_args(argv)
+        if unknown and not hasattr(args, "overrides"):
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if unknown:
+            args.overrides = [*args.overrides, *unknown]
         with warnings.catch_warnings():
             # Library warnings (a truncated text, say) read as one line on the command line.
             warnings.showwarning = _one_line_warning
