@@ -1,0 +1,239 @@
+"""What every side-by-side benchmark shares: contenders alternated in short slices, median and
+spread, a subprocess's peak RSS, this machine's fp32 matrix-product peak (MFU's denominator),
+the machine and versions, and the one table between markers at the top of RESULTS.md.
+
+Scripts (pretrain_step.py, finetune_throughput.py) hand their rows to bench.py as JSON: a list
+of `Row` dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of repeated measurements and their range."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def __str__(self) -> str:
+        return f"{self.median:,.3g} ({self.low:,.3g}–{self.high:,.3g})"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: ours beside a baseline, each a Spread over slices."""
+
+    name: str
+    unit: str
+    ours: Spread | None
+    baseline: Spread | None
+    ratios: Spread | None = None  # per-slice ours / baseline
+    goal: float | None = None  # the ratio the issue asks for
+    rss_mb: tuple[float | None, float | None] = (None, None)  # ours, baseline: each in its own process
+    mfu: tuple[float | None, float | None] = (None, None)
+    memory_goal: bool = False  # the issue also asks for peak RSS <= the baseline's
+
+    def verdict(self) -> str:
+        if self.goal is None or self.ratios is None:
+            return "—"
+        missed = []
+        if self.ratios.median < self.goal:
+            missed.append("speed")
+        if self.memory_goal and None not in self.rss_mb and self.rss_mb[0] > self.rss_mb[1]:
+            missed.append("memory")
+        return "met" if not missed else f"**not met** ({', '.join(missed)})"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Row:
+        spreads = {k: Spread(**d[k]) if d.get(k) else None for k in ("ours", "baseline", "ratios")}
+        return cls(**{**d, **spreads, "rss_mb": tuple(d["rss_mb"]), "mfu": tuple(d["mfu"])})
+
+
+def compared(name: str, unit: str, ours: Sequence[float], baseline: Sequence[float], **fields) -> Row:
+    """A Row from per-slice rates of the two sides (slice k of each measured back to back)."""
+    return Row(name, unit, Spread.of(ours), Spread.of(baseline),
+               Spread.of([a / b for a, b in zip(ours, baseline)]), **fields)
+
+
+def alternate(sides: dict[str, Callable[[], float]], slices: int) -> dict[str, list[float]]:
+    """Each side's result per slice. Every slice runs every side once, the first one rotating, so
+    a neighbour's load on a shared host falls on all sides alike."""
+    names = list(sides)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for k in range(slices):
+        for name in names[k % len(names):] + names[: k % len(names)]:
+            results[name].append(sides[name]())
+            print(f"  slice {k + 1}/{slices} {name}: {results[name][-1]:,.4g}", flush=True)
+    return results
+
+
+@dataclass(frozen=True)
+class Measured:
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_rss_mb: float
+
+
+def run_measured(argv: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Measured:
+    """Run a command to its end; its peak RSS is its own VmHWM, polled every 50 ms while it runs.
+
+    Not the child's ru_maxrss: Linux carries the parent's high-water mark across fork and exec,
+    so a child of a large benchmark process would report the parent's peak.
+    """
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak_kb = 0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak_kb
+        status = Path(f"/proc/{proc.pid}/status")
+        while not done.is_set():
+            try:
+                hwm = next((int(line.split()[1]) for line in status.read_text().splitlines()
+                            if line.startswith("VmHWM:")), None)
+            except OSError:
+                return
+            if hwm is None:  # a zombie: the memory is gone, the last reading stands
+                return
+            peak_kb = max(peak_kb, hwm)
+            done.wait(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    stdout, stderr = proc.communicate()
+    done.set()
+    poller.join()
+    return Measured(proc.returncode, stdout, stderr, peak_kb / 1024)
+
+
+def require_success(result: Measured, what: str) -> Measured:
+    if result.returncode != 0:
+        raise SystemExit(f"{what} failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment for a measured subprocess: both sides get the same thread count."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+def peak_matmul_flops(threads: int) -> float:
+    """This CPU's fp32 rate on a 2048 x 2048 matrix product at `threads` threads, best of 3: a
+    larger product than the trainer's quick 512 one, so the peak is not set by call overhead."""
+    import torch
+
+    from roberta.train.metrics import measured_matmul_flops
+
+    torch.set_num_threads(threads)
+    return measured_matmul_flops(size=2048, trials=3)
+
+
+def training_flops(config, seq_len: int, tokens: int, lm_scored: int = 0) -> float:
+    """Training FLOPs (forward + backward) for `tokens` tokens in sequences of `seq_len`, counted
+    the same way for every side: 6 x non-embedding parameters x tokens, attention scores, and the
+    LM head over the `lm_scored` positions that side computes vocabulary logits for (ours: the
+    masked ones; HF's RobertaForMaskedLM: all). The project's MFU formula, scaled to tokens."""
+    from roberta.train.metrics import training_flops_per_token
+
+    return training_flops_per_token(config, seq_len, head_tokens=lm_scored / tokens) * tokens
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    with open("/proc/meminfo") as f:
+        mem_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {mem_kb / 2**20:.0f} GiB"
+
+
+def versions() -> str:
+    found = []
+    for package in ("torch", "transformers"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package} (not installed)")
+    return ", ".join(found)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    lines = [
+        "| measurement | unit | ours: median (range) | baseline: median (range) | ours / baseline (per-slice range) "
+        "| goal | peak RSS MB ours / baseline | MFU ours / baseline | goal met |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ratio = f"**{row.ratios.median:.2f}x** ({row.ratios.low:.2f}–{row.ratios.high:.2f})" if row.ratios else "—"
+        lines.append(
+            f"| {row.name} | {row.unit} | {row.ours or '—'} | {row.baseline or '—'} | {ratio} "
+            f"| {f'≥ {row.goal:g}x' if row.goal else '—'}{' and RSS ≤' if row.memory_goal else ''} "
+            f"| {_pair(row.rss_mb, '{:,.0f}')} | {_pair(row.mfu, '{:.1%}')} | {row.verdict()} |"
+        )
+    return "\n".join(lines)
+
+
+def _pair(values: tuple[float | None, float | None], fmt: str) -> str:
+    if values == (None, None):
+        return "—"
+    return " / ".join("—" if v is None else fmt.format(v) for v in values)
+
+
+def rewrite_marked(path: Path, block: str) -> None:
+    """Replace what lies between the markers with `block`, the rest of the file as it was; without
+    markers the block goes before the first second-level section."""
+    text = path.read_text(encoding="utf-8")
+    marked = f"{BEGIN}\n{block.strip()}\n{END}"
+    if BEGIN in text and END in text:
+        before, rest = text.split(BEGIN, 1)
+        text = before + marked + rest.split(END, 1)[1]
+    else:
+        at = text.find("\n## ")
+        at = len(text) if at < 0 else at + 1
+        text = text[:at] + marked + "\n\n" + text[at:]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_rows(path: Path | None, rows: Sequence[Row]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([r.to_dict() for r in rows], indent=2) + "\n")
+
+
+def read_rows(path: Path) -> list[Row]:
+    return [Row.from_dict(d) for d in json.loads(path.read_text())]
+
+
+def elapsed(started: float) -> str:
+    return f"{(time.perf_counter() - started) / 60:.1f} min"
