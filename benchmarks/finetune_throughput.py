@@ -1,0 +1,316 @@
+"""Fine-tuning throughput (examples/s): `roberta finetune` beside HF `Trainer`, same weights.
+
+Each side is a whole short fine-tuning run in its own process: one epoch over a fixed subset
+of a task's training data (a seeded sample of SST-2 or RTE train.tsv; the first questions of
+SQuAD v1.1 dev-v1.1.json, the only SQuAD file here, as training data). The sides run in turn,
+the first rotating, --repeats times; each reports its training time and its own peak RSS.
+
+  ours         `roberta finetune glue|squad ...` as a user runs it (length-grouped batches,
+               padded to the longest). Training time: the trainer's own clock, which covers
+               batch building, forward, backward and update, not start-up, tokenization, the
+               end-of-run dev evaluation or checkpoints: real tokens / the tokens_per_s it logs
+               once for the whole run (--train.log_every larger than the run).
+  HF           `Trainer` + `AutoModelForSequenceClassification` (SQuAD:
+               `AutoModelForQuestionAnswering`), `DataCollatorWithPadding`, random order (its
+               defaults) or `train_sampling_strategy="group_by_length"`. Training time:
+               `train_runtime` of `Trainer.train()`, which covers the training loop, not model
+               loading or tokenization; no evaluation, no saving.
+
+Both: the same random-init model (ours saved as a checkpoint and exported with
+`convert.export_hf`; each side adds a new head), the task's batch, max length 512 (SQuAD: our
+windows of 384 tokens, stride 128, handed to HF as they are), AdamW betas 0.9/0.98, eps 1e-6,
+weight decay 0.1, linear schedule with 6% warmup, no gradient clipping (HF's max_grad_norm=0;
+HF keeps its default fused AdamW), the task's learning rate, seed 1, the same threads.
+examples/s = training examples (SQuAD: windows) / training time. MFU counts real tokens only.
+
+    .venv/bin/python benchmarks/finetune_throughput.py --examples SST-2=512,RTE=128,SQuAD=64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import harness
+
+HF_DEFAULT, HF_GROUPED = "HF Trainer", "HF Trainer, group_by_length"
+GOALS = {HF_DEFAULT: 2.0, HF_GROUPED: 1.2, "SQuAD": 1.3}  # from the issues: ours / HF examples/s
+DEV_EXAMPLES = 16  # our CLI evaluates dev at the end (not timed); a few rows keep that short
+SQUAD_MAX_LENGTH, SQUAD_STRIDE, SQUAD_MAX_QUERY = 384, 128, 64
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # SST-2, RTE or SQuAD
+    examples: int  # training examples (SQuAD: questions) per run
+    batch: int
+    lr: float
+
+    @property
+    def squad(self) -> bool:
+        return self.name == "SQuAD"
+
+
+@dataclass
+class Setup:
+    """What both sides of one task read: files under --work, made once, not timed."""
+
+    task: Task
+    train: Path  # GLUE: a task directory with train.tsv + dev.tsv; SQuAD: the training JSON
+    dev: Path | None  # SQuAD's dev JSON
+    lengths: list[int]  # real tokens of each training example (SQuAD: window) in our encoding
+    windows: Path | None = None  # SQuAD: our training windows, for HF
+
+
+def tasks(sizes: str, batch: int | None) -> list[Task]:
+    from roberta.tasks.glue import get_task
+    from roberta.tasks.squad import SQUAD_BATCH, SQUAD_LR
+
+    found = []
+    for item in sizes.split(","):
+        name, _, count = item.partition("=")
+        if name == "SQuAD":
+            found.append(Task(name, int(count), batch or SQUAD_BATCH, SQUAD_LR))
+        else:
+            glue = get_task(name)
+            found.append(Task(glue.name, int(count), batch or glue.batch_size, glue.lr))
+    return found
+
+
+def models(shape: str, data: Path, work: Path) -> tuple[Path, Path, object]:
+    """Our checkpoint and its HF export (same weights, the GPT-2 BPE), and the config."""
+    import torch
+    from time_to_quality import model_config
+
+    from roberta import checkpoint
+    from roberta.convert import export_hf
+    from roberta.model import RobertaModel
+    from roberta.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(data / "gpt2_bpe")
+    torch.manual_seed(0)
+    model = RobertaModel(model_config(shape, None, tokenizer.vocab_size, 512))
+    ours, hf = work / "model-ours", work / "model-hf"
+    for path in (ours, hf):
+        shutil.rmtree(path, ignore_errors=True)
+    checkpoint.save(ours, model, tokenizer)
+    export_hf(hf, model, tokenizer)
+    return ours, hf, model.config
+
+
+def glue_setup(task: Task, data: Path, work: Path) -> Setup:
+    from roberta.tasks.classify import encode
+    from roberta.tasks.glue import get_task, read_split
+    from roberta.tokenizer import load_tokenizer
+
+    out = work / task.name
+    out.mkdir(parents=True, exist_ok=True)
+    train = (data / "glue" / task.name / "train.tsv").read_text(encoding="utf-8").splitlines()
+    dev = (data / "glue" / task.name / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    rows = sorted(random.Random(0).sample(range(1, len(train)), task.examples))
+    (out / "train.tsv").write_text("\n".join([train[0], *(train[i] for i in rows)]) + "\n", encoding="utf-8")
+    (out / "dev.tsv").write_text("\n".join(dev[: DEV_EXAMPLES + 1]) + "\n", encoding="utf-8")
+    examples = read_split(get_task(task.name), out / "train.tsv", labelled=True)
+    lengths = [len(ids) for ids in encode(load_tokenizer(data / "gpt2_bpe"), examples, 512)]
+    return Setup(task, out, None, lengths)
+
+
+def squad_setup(task: Task, data: Path, work: Path) -> Setup:
+    from roberta.tasks.squad import make_windows, read_squad
+    from roberta.tokenizer import load_tokenizer
+
+    out = work / "SQuAD"
+    out.mkdir(parents=True, exist_ok=True)
+    articles = json.loads((data / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    (out / "train.json").write_text(json.dumps(squad_subset(articles, task.examples)))
+    (out / "dev.json").write_text(json.dumps(squad_subset(articles[::-1], 4)))
+    tokenizer = load_tokenizer(data / "gpt2_bpe")
+    windows = make_windows(tokenizer, read_squad(out / "train.json", "1.1"), SQUAD_MAX_LENGTH, SQUAD_STRIDE,
+                           SQUAD_MAX_QUERY, train=True).windows
+    records = [{"input_ids": w.tokens.tolist(), "start_positions": w.start_position, "end_positions": w.end_position}
+               for w in windows]
+    (out / "windows.json").write_text(json.dumps(records))
+    return Setup(task, out / "train.json", out / "dev.json", [len(w.tokens) for w in windows], out / "windows.json")
+
+
+def squad_subset(articles: list[dict], questions: int) -> dict:
+    """The first `questions` questions of these articles, as an official SQuAD v1.1 file."""
+    kept = []
+    for article in articles:
+        paragraphs = []
+        for paragraph in article["paragraphs"]:
+            qas = paragraph["qas"][:questions]
+            questions -= len(qas)
+            if qas:
+                paragraphs.append({"context": paragraph["context"], "qas": qas})
+            if questions == 0:
+                break
+        kept.append({"title": article["title"], "paragraphs": paragraphs})
+        if questions == 0:
+            break
+    return {"version": "1.1", "data": kept}
+
+
+def ours_argv(setup: Setup, init: Path, out: Path) -> list[str]:
+    task = setup.task
+    roberta = str(Path(sys.executable).with_name("roberta"))
+    if task.squad:
+        verb = ["squad", "--version", "1.1", "--train", str(setup.train), "--dev", str(setup.dev),
+                "--stride", str(SQUAD_STRIDE), "--max-query", str(SQUAD_MAX_QUERY)]
+    else:
+        verb = ["glue", "--task", task.name, "--data", str(setup.train)]
+    return [roberta, "finetune", *verb, "--init", str(init), "--out", str(out), "--train.epochs=1",
+            f"--train.batch_size={task.batch}", f"--train.micro_batch_size={task.batch}", "--train.seed=1",
+            "--train.device=cpu", "--train.log_every=1000000000"]
+
+
+def ours_seconds(run_dir: Path, tokens: int) -> float:
+    """Training time from the one train record the run logged: its tokens / tokens_per_s."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    train = [r for r in records if r["split"] == "train"]
+    if len(train) != 1:
+        raise SystemExit(f"{run_dir}: expected one train record in metrics.jsonl, found {len(train)}")
+    return tokens / train[0]["tokens_per_s"]
+
+
+def hf_argv(setup: Setup, hf_dir: Path, out: Path, strategy: str, threads: int) -> list[str]:
+    task = setup.task
+    spec = {"task": task.name, "hf_dir": str(hf_dir), "out": str(out), "batch": task.batch, "lr": task.lr,
+            "strategy": strategy, "threads": threads,
+            "train": str(setup.windows if task.squad else setup.train / "train.tsv")}
+    return [sys.executable, __file__, "--hf-run", json.dumps(spec)]
+
+
+def hf_run(spec: dict) -> None:
+    """The --hf-run child: one HF Trainer run; prints {"seconds", "examples", "tokens"} as JSON."""
+    import torch
+    import transformers
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(spec["threads"])
+    tokenizer = transformers.AutoTokenizer.from_pretrained(spec["hf_dir"])
+    if spec["task"] == "SQuAD":
+        windows = json.loads(Path(spec["train"]).read_text())
+        dataset = [{**w, "attention_mask": [1] * len(w["input_ids"])} for w in windows]
+        model = transformers.AutoModelForQuestionAnswering.from_pretrained(spec["hf_dir"])
+    else:
+        from roberta.tasks.classify import label_ids
+        from roberta.tasks.glue import get_task, read_split
+
+        task = get_task(spec["task"])
+        examples = read_split(task, spec["train"], labelled=True)
+        pairs = [e.pair for e in examples] if task.pair_column else None
+        encoded = tokenizer([e.text for e in examples], pairs, truncation=True, max_length=512)
+        labels = label_ids(examples, task.labels, spec["train"])
+        dataset = [{"input_ids": ids, "attention_mask": mask, "labels": label}
+                   for ids, mask, label in zip(encoded["input_ids"], encoded["attention_mask"], labels)]
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(spec["hf_dir"], num_labels=len(task.labels))
+    args = TrainingArguments(
+        output_dir=spec["out"], per_device_train_batch_size=spec["batch"], num_train_epochs=1,
+        learning_rate=spec["lr"], weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6,
+        lr_scheduler_type="linear", warmup_steps=0.06, max_grad_norm=0.0, train_sampling_strategy=spec["strategy"],
+        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True,
+        use_cpu=True, seed=1,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer),
+                      processing_class=tokenizer)
+    seconds = trainer.train().metrics["train_runtime"]
+    print(json.dumps({"seconds": seconds, "examples": len(dataset), "tokens": sum(len(d["input_ids"]) for d in dataset)}))
+
+
+class Sides:
+    """The runs of one task, each side's rate per slice and its largest peak RSS."""
+
+    def __init__(self, setup: Setup, ours: Path, hf: Path, work: Path, threads: int):
+        self.setup, self.ours, self.hf, self.work, self.threads = setup, ours, hf, work, threads
+        self.peak_rss: dict[str, float] = {}
+
+    def ours_run(self) -> float:
+        out = self.work / "runs" / f"{self.setup.task.name}-ours"
+        shutil.rmtree(out, ignore_errors=True)
+        self._run("ours", ours_argv(self.setup, self.ours, out))
+        seconds = ours_seconds(out, sum(self.setup.lengths))
+        shutil.rmtree(out)
+        return len(self.setup.lengths) / seconds
+
+    def hf_run(self, side: str) -> float:
+        out = self.work / "runs" / f"{self.setup.task.name}-hf"
+        strategy = "group_by_length" if side == HF_GROUPED else "random"
+        result = json.loads(self._run(side, hf_argv(self.setup, self.hf, out, strategy, self.threads)).splitlines()[-1])
+        shutil.rmtree(out, ignore_errors=True)
+        if result["tokens"] != sum(self.setup.lengths):  # HF's tokenizer and ours should agree exactly
+            print(f"  note: HF's encoding holds {result['tokens']} real tokens, ours {sum(self.setup.lengths)}")
+        return result["examples"] / result["seconds"]
+
+    def _run(self, side: str, argv: list[str]) -> str:
+        result = harness.require_success(harness.run_measured(argv, harness.thread_env(self.threads)), f"{side} run")
+        self.peak_rss[side] = max(self.peak_rss.get(side, 0.0), result.peak_rss_mb)
+        return result.stdout
+
+
+def compare(setup: Setup, ours: Path, hf: Path, config, args: argparse.Namespace, peak: float) -> list[harness.Row]:
+    task = setup.task
+    baselines = [HF_DEFAULT] if task.squad else [HF_DEFAULT, HF_GROUPED]
+    mean_length = statistics.mean(setup.lengths)
+    print(f"{task.name}: {task.examples} examples, {len(setup.lengths)} sequences of {mean_length:.0f} tokens on "
+          f"average (max {max(setup.lengths)}), batch {task.batch}", flush=True)
+    sides = Sides(setup, ours, hf, args.work, args.threads)
+    runs = {"ours": sides.ours_run, **{name: (lambda n=name: sides.hf_run(n)) for name in baselines}}
+    rates = harness.alternate(runs, args.repeats)
+    flops_per_example = harness.training_flops(config, round(mean_length), sum(setup.lengths)) / len(setup.lengths)
+
+    def mfu(side: str) -> float:
+        return harness.Spread.of(rates[side]).median * flops_per_example / peak
+
+    unit = "windows/s" if task.squad else "examples/s"
+    what = (f"SQuAD v1.1 windows ({SQUAD_MAX_LENGTH} tokens, stride {SQUAD_STRIDE})" if task.squad
+            else f"{task.name} ({len(setup.lengths)} examples, ≤ 512 tokens)")
+    shape = f"{config.num_layers} x {config.hidden_size}"
+    return [
+        harness.compared(f"fine-tuning {what}, {shape}, batch {task.batch}: `roberta finetune` vs {name}", unit,
+                         rates["ours"], rates[name], goal=GOALS["SQuAD" if task.squad else name],
+                         rss_mb=(sides.peak_rss["ours"], sides.peak_rss[name]), mfu=(mfu("ours"), mfu(name)),
+                         memory_goal=not task.squad)
+        for name in baselines
+    ]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--examples", default="SST-2=512,RTE=128,SQuAD=64",
+                   help="TASK=N training examples per run (SQuAD: questions); tasks SST-2, RTE, SQuAD "
+                        "(default SST-2=512,RTE=128,SQuAD=64)")
+    p.add_argument("--shape", default="tiny", help="model: PRESET[:LAYERSxWIDTH], e.g. tiny, base, tiny:2x128 (default tiny)")
+    p.add_argument("--batch", type=int, help="examples per update for every task (default: the task's recipe)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
+    p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench" / "finetune", help="scratch directory")
+    p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
+    p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
+    p.add_argument("--hf-run", help=argparse.SUPPRESS)  # the HF child: a JSON spec
+    args = p.parse_args()
+    if args.hf_run:
+        hf_run(json.loads(args.hf_run))
+        return
+    peak = args.peak_gflops * 1e9 if args.peak_gflops else harness.peak_matmul_flops(args.threads)
+    args.work.mkdir(parents=True, exist_ok=True)
+    ours, hf, config = models(args.shape, args.data, args.work)
+    rows = []
+    for task in tasks(args.examples, args.batch):
+        setup = squad_setup(task, args.data, args.work) if task.squad else glue_setup(task, args.data, args.work)
+        rows += compare(setup, ours, hf, config, args, peak)
+    print(harness.format_table(rows))
+    harness.write_rows(args.json, rows)
+
+
+if __name__ == "__main__":
+    main()
