@@ -59,17 +59,17 @@ def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
 
 
 def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:
-    hidden = model(batch["input_ids"]).last_hidden_state
+    hidden = model(batch["tokens"]).last_hidden_state
     return model.lm_logits(hidden, batch["labels"].ne(IGNORE_INDEX))
 
 
 def hf_loss(model, batch: dict) -> torch.Tensor:
-    ids = batch["input_ids"]
+    ids = batch["tokens"]
     return model(input_ids=ids, attention_mask=ids.ne(1).long(), labels=batch["labels"]).loss
 
 
 def hf_logits(model, batch: dict) -> torch.Tensor:
-    ids = batch["input_ids"]
+    ids = batch["tokens"]
     logits = model(input_ids=ids, attention_mask=ids.ne(1).long()).logits
     return logits[batch["labels"].ne(IGNORE_INDEX)]
 
@@ -119,7 +119,7 @@ def train_slice(c: Contender, seconds: float, budget: float, peak: float, schedu
         c.optimizer.step()
         c.optimizer.zero_grad(set_to_none=True)
         c.step += 1
-        c.tokens += int(batch["input_ids"].ne(1).sum())
+        c.tokens += int(batch["tokens"].ne(1).sum())
         c.seconds += time.perf_counter() - t0
 
 
@@ -158,9 +158,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     corpus = ensure_data(args.corpus, args.work, 8192)
-    data = DataConfig(block_size=args.seq_len)
-    train_set = PretrainDataset(corpus, config=data, micro_batch=args.batch, seed=args.seed)
-    valid_set = PretrainDataset(corpus, split="valid", config=data, micro_batch=args.batch, seed=args.seed)
+    data = DataConfig(seq_len=args.seq_len)
+    train_set = PretrainDataset(corpus, config=data, micro_batch_size=args.batch, seed=args.seed)
+    valid_set = PretrainDataset(corpus, split="valid", config=data, micro_batch_size=args.batch, seed=args.seed)
     valid = [b for _, b in zip(range(args.eval_batches), PretrainLoader(valid_set, epochs=1))]
 
     config = model_config(args.shape, args.dropout, train_set.specials.vocab_size, args.seq_len)

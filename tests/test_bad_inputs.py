@@ -222,7 +222,7 @@ CASES = [
                          str(Path(e.file("t/vocab.json", b'{"\xff": 0}')).parent) if e.file("t/merges.txt", "") else ""]),
     # ---- usage mistakes: argparse's own errors, one line too
     Case("usage/unknown-verb", "invalid choice: 'bogus'", argv=lambda e: ["bogus"]),
-    Case("usage/missing-required", "required: inputs, --tokenizer, --out (see 'roberta prepare --help')",
+    Case("usage/missing-required", "required: inputs, --out, --tokenizer (see 'roberta prepare --help')",
          argv=lambda e: ["prepare"]),
     Case("usage/bad-int", "argument --workers: invalid int value: 'two'",
          argv=lambda e: [*e.prepare_args(e.texts()), "--workers", "two"]),

@@ -18,7 +18,7 @@ from roberta.convert import convert, export_fairseq, export_hf, load_any, read_f
 from roberta.convert.verify import max_difference
 from roberta.model import SpanHead
 from roberta.tokenizer import load_tokenizer
-from test_model import hf_config, padded_batch, random_hf
+from hf_fixtures import hf_config, padded_batch, random_hf
 
 MICRO = RobertaConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
 # Narrow, one layer, with the real 50265-id vocabulary: for tests that need a real tokenizer.
@@ -196,7 +196,7 @@ def hand_mapped(state: dict, config: RobertaConfig, heads: dict[str, int], prefi
 def fairseq_args(config: RobertaConfig) -> argparse.Namespace:
     return argparse.Namespace(arch="roberta_base", task="masked_lm", encoder_layers=config.num_layers,
                               encoder_embed_dim=config.hidden_size, encoder_ffn_embed_dim=config.ffn_size,
-                              encoder_attention_heads=config.num_heads, max_positions=config.max_tokens,
+                              encoder_attention_heads=config.num_heads, max_positions=config.max_seq_len,
                               dropout=0.1, attention_dropout=0.1, activation_dropout=0.0, pooler_dropout=0.0,
                               activation_fn="gelu", encoder_normalize_before=False)
 

@@ -25,7 +25,7 @@ def corpus_dir(tmp_path_factory) -> Path:
 
 def originals(batch):
     """The unmasked sequences of a batch (labels hold the original where a token was masked)."""
-    ids, labels = batch["input_ids"], batch["labels"]
+    ids, labels = batch["tokens"], batch["labels"]
     return torch.where(labels != IGNORE_INDEX, labels, ids)
 
 
@@ -37,7 +37,7 @@ def steps(loader, count):
 def test_one_epoch_of_full_sentences_serves_every_token_exactly_once(corpus_dir):
     corpus = Corpus(corpus_dir)
     assert corpus.meta["num_shards"] > 1  # blocks cross shard boundaries too
-    loader = build_loader(corpus_dir, config=DataConfig(block_size=BLOCK), micro_batch=1, seed=0, epochs=1)
+    loader = build_loader(corpus_dir, config=DataConfig(seq_len=BLOCK), micro_batch_size=1, seed=0, epochs=1)
     dataset, specials = loader.dataset, corpus.specials
     served = {}
     for step, batch in enumerate(loader):
@@ -51,16 +51,16 @@ def test_one_epoch_of_full_sentences_serves_every_token_exactly_once(corpus_dir)
 
 
 def test_resumed_loader_serves_identical_batches_and_masks(corpus_dir):
-    config = DataConfig(block_size=BLOCK)
-    full = build_loader(corpus_dir, config=config, micro_batch=4, seed=3)
+    config = DataConfig(seq_len=BLOCK)
+    full = build_loader(corpus_dir, config=config, micro_batch_size=4, seed=3)
     per_epoch = full.dataset.batches_in_epoch(0)
     reference = steps(full, per_epoch + 5)  # runs into the second epoch
     start = per_epoch - 3
-    resumed = build_loader(corpus_dir, config=config, micro_batch=4, seed=3, start_step=start, num_workers=2)
+    resumed = build_loader(corpus_dir, config=config, micro_batch_size=4, seed=3, start_step=start, num_workers=2)
     for a, b in zip(reference[start:], steps(resumed, 8)):
-        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+        assert torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["labels"], b["labels"])
     assert resumed.state_dict() == {"step": start + 8, "epoch": 1, "epoch_start": per_epoch} and resumed.epoch == 1
-    again = build_loader(corpus_dir, config=config, micro_batch=4, seed=3)
+    again = build_loader(corpus_dir, config=config, micro_batch_size=4, seed=3)
     again.load_state_dict(full.state_dict())
     assert again.step == per_epoch + 5
     # Masks are fresh each epoch: the same block masked differently in epoch 1.
@@ -68,8 +68,8 @@ def test_resumed_loader_serves_identical_batches_and_masks(corpus_dir):
 
 
 def test_ranks_take_disjoint_batches_of_the_same_epoch(corpus_dir):
-    config = DataConfig(block_size=BLOCK)
-    ranks = [build_loader(corpus_dir, config=config, micro_batch=3, seed=0, rank=r, world_size=2) for r in range(2)]
+    config = DataConfig(seq_len=BLOCK)
+    ranks = [build_loader(corpus_dir, config=config, micro_batch_size=3, seed=0, rank=r, world_size=2) for r in range(2)]
     counts = [r.dataset.batches_in_epoch(0) for r in ranks]
     assert counts[0] == counts[1] > 0
     seen = [np.concatenate([r.dataset.sequence_indices(s)[1] for s in range(counts[0])]) for r in ranks]
@@ -79,21 +79,21 @@ def test_ranks_take_disjoint_batches_of_the_same_epoch(corpus_dir):
 
 
 def test_doc_sentences_batches_hold_a_token_budget_and_stay_in_one_document(corpus_dir):
-    config = DataConfig(format="doc-sentences", block_size=BLOCK)
-    loader = build_loader(corpus_dir, config=config, micro_batch=4, seed=0, epochs=1)
+    config = DataConfig(format="doc-sentences", seq_len=BLOCK)
+    loader = build_loader(corpus_dir, config=config, micro_batch_size=4, seed=0, epochs=1)
     dataset = loader.dataset
     doc_tokens = dataset.split.document_token_offsets
     plan = dataset.plan(0)
     first_doc = np.searchsorted(doc_tokens, plan.starts, side="right")
     assert np.array_equal(first_doc, np.searchsorted(doc_tokens, plan.ends - 1, side="right"))
-    sizes = [batch["input_ids"].numel() for batch in loader]
+    sizes = [batch["tokens"].numel() for batch in loader]
     assert max(sizes) <= 4 * BLOCK and len(set(len(dataset.sequence_indices(s)[1]) for s in range(len(sizes)))) > 1
 
 
 @pytest.mark.parametrize("fmt", ["segment-pair", "sentence-pair"])
 def test_pair_formats_carry_next_sentence_labels(corpus_dir, fmt):
-    config = DataConfig(format=fmt, block_size=BLOCK)
-    loader = build_loader(corpus_dir, config=config, micro_batch=8, seed=0, epochs=1)
+    config = DataConfig(format=fmt, seq_len=BLOCK)
+    loader = build_loader(corpus_dir, config=config, micro_batch_size=8, seed=0, epochs=1)
     specials = Corpus(corpus_dir).specials
     labels = []
     for batch in loader:
@@ -108,8 +108,8 @@ def test_pair_formats_carry_next_sentence_labels(corpus_dir, fmt):
 
 
 def test_static_masking_repeats_masks_every_k_epochs(corpus_dir):
-    config = DataConfig(block_size=BLOCK, masking=MaskingConfig(static_copies=2))
-    loader = build_loader(corpus_dir, config=config, micro_batch=1, seed=0)
+    config = DataConfig(seq_len=BLOCK, masking=MaskingConfig(static_copies=2))
+    loader = build_loader(corpus_dir, config=config, micro_batch_size=1, seed=0)
     dataset = loader.dataset
     per_epoch = dataset.batches_in_epoch(0)
 
@@ -122,10 +122,10 @@ def test_static_masking_repeats_masks_every_k_epochs(corpus_dir):
 
 
 def test_whole_word_masking_through_the_loader_never_splits_a_word(corpus_dir):
-    config = DataConfig(block_size=BLOCK, masking=MaskingConfig(whole_word=True))
+    config = DataConfig(seq_len=BLOCK, masking=MaskingConfig(whole_word=True))
     corpus = Corpus(corpus_dir)
     word_starts = corpus.word_starts()
-    for batch in steps(build_loader(corpus_dir, config=config, micro_batch=4, seed=0), 5):
+    for batch in steps(build_loader(corpus_dir, config=config, micro_batch_size=4, seed=0), 5):
         for row, labels in zip(originals(batch).numpy(), batch["labels"].numpy()):
             chosen = labels != IGNORE_INDEX
             special = np.isin(row, corpus.specials.ids)
@@ -135,18 +135,18 @@ def test_whole_word_masking_through_the_loader_never_splits_a_word(corpus_dir):
 
 
 def test_doc_sentences_resume_from_an_epoch_anchor_matches_counting_every_epoch(corpus_dir):
-    config = DataConfig(format="doc-sentences", block_size=BLOCK)
-    counted = build_loader(corpus_dir, config=config, micro_batch=2, seed=4, start_step=0)
+    config = DataConfig(format="doc-sentences", seq_len=BLOCK)
+    counted = build_loader(corpus_dir, config=config, micro_batch_size=2, seed=4, start_step=0)
     step = sum(counted.dataset.batches_in_epoch(e) for e in range(3)) + 2  # epoch 3, batch 2
     counted.step = step
     state = counted.state_dict()
     assert state["epoch"] == 3 and state["epoch_start"] == step - 2
-    resumed = build_loader(corpus_dir, config=config, micro_batch=2, seed=4)
+    resumed = build_loader(corpus_dir, config=config, micro_batch_size=2, seed=4)
     resumed.load_state_dict(state)
     assert resumed.dataset.locate(step) == (3, 2)
     assert 1 not in resumed.dataset._epoch_sizes  # no earlier epoch was planned to find the position
     a, b = next(iter(counted)), next(iter(resumed))
-    assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+    assert torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["labels"], b["labels"])
 
 
 def test_most_frequent_token_is_the_commonest_id_across_shards(corpus_dir):

@@ -29,14 +29,14 @@ def materialize(tokens, sentence_offsets, document_offsets, starts, ends, separa
     ]
 
 
-@pytest.mark.parametrize("block_size", [16, 64, 512])
-def test_full_sentences_cover_every_token_exactly_once_within_the_limit(block_size):
+@pytest.mark.parametrize("seq_len", [16, 64, 512])
+def test_full_sentences_cover_every_token_exactly_once_within_the_limit(seq_len):
     tokens, sent, docs = synthetic_corpus()
-    starts, ends = packing.pack_blocks(sent, docs, block_size, cross_documents=True)
+    starts, ends = packing.pack_blocks(sent, docs, seq_len, cross_documents=True)
     blocks = materialize(tokens, sent, docs, starts, ends, separators=True)
     content = np.concatenate([b[(b != BOS) & (b != EOS)] for b in blocks])
     assert np.array_equal(content, tokens)  # every token once, in corpus order
-    assert max(len(b) for b in blocks) <= block_size
+    assert max(len(b) for b in blocks) <= seq_len
     assert all(b[0] == BOS for b in blocks)
 
 
@@ -89,9 +89,9 @@ def test_budget_batches_hold_the_token_budget_and_every_sequence_once():
 @pytest.mark.parametrize("whole_sentences", [True, False])
 def test_pairs_have_half_random_partners_from_other_documents(whole_sentences):
     tokens, sent, docs = synthetic_corpus(seed=3, documents=2000)
-    max_len = (128 - 4) // 2
-    seg_start, seg_end, seg_doc = packing.segments(sent, docs, max_len, whole_sentences)
-    assert (seg_end - seg_start).max() <= max_len
+    max_length = (128 - 4) // 2
+    seg_start, seg_end, seg_doc = packing.segments(sent, docs, max_length, whole_sentences)
+    assert (seg_end - seg_start).max() <= max_length
     pairs = packing.make_pairs(seg_start, seg_end, seg_doc, np.random.default_rng(0))
     assert abs(pairs.nsp.mean() - 0.5) < 0.02
     doc_tokens = sent[docs]

@@ -67,7 +67,7 @@ def test_gzip_jsonl_and_plain_text_give_the_same_tokens(tmp_path, tokenizer_dir,
     outs = [
         prepare([plain], tokenizer_dir, tmp_path / "p", workers=1, progress=False),
         prepare([packed], tokenizer_dir, tmp_path / "g", workers=1, chunk_bytes=1000, progress=False),
-        prepare([records], tokenizer_dir, tmp_path / "j", workers=1, jsonl_text_field="body", progress=False),
+        prepare([records], tokenizer_dir, tmp_path / "j", workers=1, text_field="body", progress=False),
     ]
     shard_files = [{k: v for k, v in files_of(o).items() if k.endswith((".bin", ".npy"))} for o in outs]
     assert shard_files[0] == shard_files[1] == shard_files[2]

@@ -17,6 +17,8 @@ from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.cli import main
 from roberta.tokenizer import load_tokenizer
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _micro_models_on_one_thread(one_thread):
@@ -120,7 +122,7 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
         for opt in (ours_opt, hf_opt):
             set_learning_rate(opt, learning_rate(step, job.optim.lr, job.schedule, job.train.max_steps))
         ours = objective.loss(model, batch)["loss"] / len(batch["labels"])
-        theirs = hf(input_ids=batch["input_ids"], attention_mask=batch["input_ids"].ne(tok.pad_id),
+        theirs = hf(input_ids=batch["tokens"], attention_mask=batch["tokens"].ne(tok.pad_id),
                     labels=batch["labels"]).loss
         for loss, opt in ((ours, ours_opt), (theirs, hf_opt)):
             loss.backward()

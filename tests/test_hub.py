@@ -66,7 +66,7 @@ def checkpoint_dir(hub, tmp_path_factory):
 
 def test_length_batches_sort_fit_the_budget_and_cover_every_index():
     lengths = [5, 40, 7, 40, 12, 3, 90, 6]
-    batches = length_batches(lengths, max_tokens=80)
+    batches = length_batches(lengths, batch_tokens=80)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     assert batches[0] == [6]  # longer than the budget: alone, and first
     for b in batches[1:]:

@@ -84,11 +84,11 @@ def test_window_layout_and_stride(tokenizer):
     windows = features.windows
     assert len(windows) > 2
     for w in windows:
-        ids = w.input_ids.tolist()
+        ids = w.tokens.tolist()
         assert len(ids) <= 64
         assert ids[:w.context_start] == [tokenizer.bos_id, *question, tokenizer.eos_id, tokenizer.eos_id]
         assert ids[-1] == tokenizer.eos_id and w.context_end == len(ids) - 1
-    pieces = [w.input_ids[w.context_start:w.context_end].tolist() for w in windows]
+    pieces = [w.tokens[w.context_start:w.context_end].tolist() for w in windows]
     for a, b in zip(pieces, pieces[1:]):
         assert a[-16:] == b[:16]  # consecutive windows share `stride` context tokens
     assert sum(len(p) for p in pieces) - 16 * (len(pieces) - 1) == len(context_ids)
@@ -121,8 +121,8 @@ def test_impossible_and_mismatched_answers(tokenizer):
 
 def logits_for(windows, peaks):
     """Per-window start/end logits of -5, with {(window, position): (start, end)} overrides."""
-    starts = [np.full(len(w.input_ids), -5.0) for w in windows]
-    ends = [np.full(len(w.input_ids), -5.0) for w in windows]
+    starts = [np.full(len(w.tokens), -5.0) for w in windows]
+    ends = [np.full(len(w.tokens), -5.0) for w in windows]
     for (w, position), (s, e) in peaks.items():
         if s is not None:
             starts[w][position] = s

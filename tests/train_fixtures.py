@@ -67,13 +67,13 @@ def batches(seed: int, micro: int, rank: int, world: int, start: int, nsp: bool,
     while True:
         rows = [sequence(seed, (p * world + rank) * micro + i, nsp) for i in range(micro)]
         batch = {
-            "input_ids": torch.from_numpy(np.stack([r[0] for r in rows])),
+            "tokens": torch.from_numpy(np.stack([r[0] for r in rows])),
             "labels": torch.from_numpy(np.stack([r[1] for r in rows])),
         }
         if nsp:
             batch[NSP_LABELS] = torch.tensor([r[2] for r in rows])
         if p == poison_at:
-            batch["input_ids"][0, 1] = -7  # an impossible id: the test's objective turns it into a NaN loss
+            batch["tokens"][0, 1] = -7  # an impossible id: the test's objective turns it into a NaN loss
         yield batch
         p += 1
 
@@ -86,13 +86,13 @@ def initial_model(overrides: list[str] = ()) -> RobertaModel:
 
 def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, poison_at: int = -1) -> TrainResult:
     job = load_pretrain_job(None, [*MICRO_JOB, *overrides])
-    env = distributed.setup("cpu")
-    micro, _ = batch_plan(job, env.world_size)
+    placement = distributed.setup(job.train.device)
+    micro_batch_size, _ = batch_plan(job, placement.world_size)
     model = initial_model(overrides)
     nsp = job.data.format in ("segment-pair", "sentence-pair")
     objective = mlm_objective(
-        train_batches=lambda start: batches(job.train.seed, micro, env.rank, env.world_size, start, nsp, poison_at),
-        eval_batches=lambda: batches(job.train.seed + 1, micro, env.rank, env.world_size, 0, nsp),
+        train_batches=lambda start: batches(job.train.seed, micro_batch_size, placement.rank, placement.world_size, start, nsp, poison_at),
+        eval_batches=lambda: batches(job.train.seed + 1, micro_batch_size, placement.rank, placement.world_size, 0, nsp),
         padding_idx=PAD,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
@@ -100,15 +100,15 @@ def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, po
     )
     if poison_at >= 0:
         objective = _nan_on_bad_ids(objective)
-    return train(model, objective, job, run_dir, resume=resume, env=env)
+    return train(model, objective, job, run_dir, resume=resume, placement=placement)
 
 
 def _nan_on_bad_ids(objective):
     import dataclasses
 
     def loss(model, batch):
-        bad = batch["input_ids"].lt(0).any()
-        batch = {**batch, "input_ids": batch["input_ids"].clamp(min=0)}
+        bad = batch["tokens"].lt(0).any()
+        batch = {**batch, "tokens": batch["tokens"].clamp(min=0)}
         out = objective.loss(model, batch)
         return {**out, "mlm": out["mlm"] * (torch.nan if bad else 1.0)}
 

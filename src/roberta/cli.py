@@ -16,6 +16,8 @@ import warnings
 from roberta.demo import DEMO_STEPS
 from roberta.errors import UserError
 
+GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
+
 
 def _demo(subparsers) -> None:
     p = subparsers.add_parser(
@@ -37,6 +39,31 @@ def _demo(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _text_corpus_options(p: argparse.ArgumentParser, out_help: str) -> None:
+    """What `prepare` and `train-tokenizer` share: they read text files the same way."""
+    p.add_argument("inputs", nargs="+", help="text files, or directories of *.txt/*.text/*.jsonl/*.gz files")
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument("--text-field", "--jsonl-text-field", dest="text_field", default="text",
+                   help="text field of .jsonl records (default text)")
+    p.add_argument(
+        "--errors", choices=["strict", "replace"], default="strict",
+        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
+    )
+    _progress_option(p)
+
+
+def _line_file_options(p: argparse.ArgumentParser, input_help: str, out_help: str) -> None:
+    """What `embed` and `predict` share: one text (or pair) per line in, one result per line out."""
+    p.add_argument("--input", required=True, help=input_help)
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument("--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)")
+    _progress_option(p)
+
+
+def _progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def _prepare(subparsers) -> None:
     p = subparsers.add_parser(
         "prepare",
@@ -45,28 +72,21 @@ def _prepare(subparsers) -> None:
         "meta.json, with a validation split held out by whole documents. In text files a line is a "
         "sentence and a blank line ends a document.",
     )
-    p.add_argument("inputs", nargs="+", help="text files, or directories of *.txt/*.text/*.jsonl/*.gz files")
+    _text_corpus_options(p, out_help="corpus directory to create")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (see `roberta train-tokenizer`)")
-    p.add_argument("--out", required=True, help="corpus directory to create")
     p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     p.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)")
     p.add_argument("--seed", type=int, default=0, help="seed of the validation draw (default 0)")
     p.add_argument("--line-is-document", action="store_true", help="every non-blank line is a document")
-    p.add_argument("--jsonl-text-field", default="text", help="text field of .jsonl records (default text)")
-    p.add_argument(
-        "--errors", choices=["strict", "replace"], default="strict",
-        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
-    )
     p.add_argument("--shard-mb", type=int, default=1024, help="input megabytes per output shard (default 1024)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.data.prepare import prepare
 
         out = prepare(
             args.inputs, args.tokenizer, args.out, workers=args.workers, valid_fraction=args.valid_fraction,
-            seed=args.seed, line_is_document=args.line_is_document, jsonl_text_field=args.jsonl_text_field,
+            seed=args.seed, line_is_document=args.line_is_document, text_field=args.text_field,
             errors=args.errors, shard_bytes=args.shard_mb << 20, overwrite=args.overwrite,
             progress=not args.no_progress,
         )
@@ -104,22 +124,15 @@ def _train_tokenizer(subparsers) -> None:
         "reading sentences as `roberta prepare` does. Writes vocab.json + merges.txt with <s>=0 <pad>=1 "
         "</s>=2 <unk>=3 and <mask> as the last id; OUT is written to a temporary directory, then renamed.",
     )
-    p.add_argument("files", nargs="+", help="text files or directories of them")
-    p.add_argument("--out", required=True, help="directory to create (must not exist, or be empty)")
+    _text_corpus_options(p, out_help="directory to create (must not exist, or be empty)")
     p.add_argument("--vocab-size", type=int, required=True, help="number of ids, specials included")
     p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
-    p.add_argument("--text-field", default="text", help="text field of .jsonl records (default text)")
-    p.add_argument(
-        "--errors", choices=["strict", "replace"], default="strict",
-        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tokenizer import train_tokenizer
 
         tokenizer = train_tokenizer(
-            args.files, args.out, args.vocab_size, args.min_frequency,
+            args.inputs, args.out, args.vocab_size, args.min_frequency,
             text_field=args.text_field, errors=args.errors, progress=not args.no_progress,
         )
         print(f"{args.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
@@ -208,12 +221,9 @@ def _embed(subparsers) -> None:
         "memory stream through; --out is written under a temporary name and renamed when complete.",
     )
     _hub_options(p)
-    p.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
-    p.add_argument("--out", required=True, help=".npy file to write (float32, [lines, hidden])")
+    _line_file_options(p, input_help="UTF-8 text file, one text per line", out_help=".npy file to write (float32, [lines, hidden])")
     p.add_argument("--layer", type=int, default=-1, help="0 = embeddings, 1..L = layers, -1 = last (default -1)")
     p.add_argument("--pool", choices=["cls", "mean"], default="cls", help="<s> vector or mean over tokens (default cls)")
-    p.add_argument("--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import embed_file
@@ -237,14 +247,11 @@ def _predict(subparsers) -> None:
     p.add_argument("--head", help="classification head name (required without --task)")
     p.add_argument("--task", metavar="T", help="a GLUE task: read --input as its test TSV and write the leaderboard "
                    "file (index, label name; a score for STS-B) with the head named T")
-    p.add_argument("--input", required=True, help="TSV file (tab-separated, no quoting)")
-    p.add_argument("--out", required=True, help="TSV file to write")
+    _line_file_options(p, input_help="TSV file (tab-separated, no quoting)", out_help="TSV file to write")
     p.add_argument("--columns", default="0",
                    help="text column, or two for a pair: 0-based indices or header names, e.g. 0 or 1,2 or "
                    "sentence1,sentence2 (names imply --header; default 0)")
     p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
-    p.add_argument("--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import predict_file
@@ -325,7 +332,7 @@ def _finetune_glue(tasks) -> None:
         "GLUE's layouts and fine-tunes with the paper's recipe for the task (LR, batch, 10 epochs, 6% warmup, "
         "weight decay 0.1), evaluating on dev every epoch and keeping the best as RUN/best/.",
     )
-    p.add_argument("--task", required=True, metavar="T", help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI")
+    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
     p.add_argument("--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)")
     _finetune_options(p)
 
@@ -437,7 +444,7 @@ def _evaluate_glue(tasks) -> None:
         "for MRPC and QQP; Matthews correlation (mcc) for CoLA; Pearson and Spearman for STS-B.",
     )
     # Checked by the handler, so that building the parser imports no task module.
-    p.add_argument("--task", required=True, metavar="T", help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI")
+    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
     p.add_argument("--dev", required=True, metavar="FILE", help="labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv")
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index")
 

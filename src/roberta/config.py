@@ -33,7 +33,7 @@ class RobertaConfig:
         check_values(dataclasses.asdict(self), "config")
 
     @property
-    def max_tokens(self) -> int:
+    def max_seq_len(self) -> int:
         """The longest sequence the position table can address."""
         return self.max_positions - self.padding_idx - 1
 

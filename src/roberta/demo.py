@@ -10,10 +10,9 @@
 
 Why so small: on two CPU cores the budget is a few TFLOPs, and a post-LN encoder first sits on
 the unigram plateau (it predicts the commonest token everywhere) until its attention starts to
-use context. Measured on the demo corpus (2026-11-23, one thread each, four minutes): 2 x 128 at
-batch 8 left the plateau after ~300 steps and reached 9.7% held-out accuracy; 4 x 128 and
-2 x 256 were still on it (5.1%), and so was 2 x 128 at a peak learning rate of 2e-3. Many small
-steps beat few big ones here; the model is a toy, the pipeline is the real one.
+use context. In a four-minute shape search on the demo corpus (benchmarks/RESULTS.md, "The demo's
+shape") only 2 x 128 at batch 8 and a peak learning rate of 1e-3 left the plateau: many small steps
+beat few big ones here. The model is a toy; the pipeline is the real one.
 """
 
 from __future__ import annotations
@@ -140,9 +139,9 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = DEMO_STEP
     print(f"      (a model that learned nothing predicts {token!r} everywhere: accuracy {share:.3g})")
 
     print("[5/5] fill-mask with the trained model (top 3):")
-    model = load(result.checkpoint)
+    roberta = load(result.checkpoint)
     for sentence in SENTENCES:
-        guesses = ", ".join(f"{token.strip()!r} {score:.2f}" for _, score, token in model.fill_mask(sentence, topk=3))
+        guesses = ", ".join(f"{token.strip()!r} {score:.2f}" for _, score, token in roberta.fill_mask(sentence, topk=3))
         print(f"      {sentence:<56} {guesses}")
     print(f"\ncurves:     {run / 'curves.png'}")
     print(f"checkpoint: {result.checkpoint}")

@@ -27,9 +27,9 @@ from roberta.tokenizer import Tokenizer
 
 MASK = "<mask>"
 POOLS = ("cls", "mean")
-# Padded tokens per batch. Base shape, 2-core CPU, 100 corpus paragraphs per call: 2048 gave
-# 3.55 sentences/s, 1024 3.24 (smaller matrix products), 4096 3.14 (wider length ranges per
-# batch, so more padding). See benchmarks/RESULTS.md.
+# Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark (benchmarks/RESULTS.md,
+# "Batch budget"). Smaller budgets make smaller matrix products; larger ones span wider length
+# ranges per batch, so they pad more.
 DEFAULT_BATCH_TOKENS = 2048
 
 TokenSeqs = Sequence[torch.Tensor | Sequence[int]]
@@ -43,17 +43,17 @@ class TooLongError(UserError):
         self.index = index
 
 
-def length_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices grouped by length so that each batch pads to at most `max_tokens` tokens.
+def length_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+    """Indices grouped by length so that each batch pads to at most `batch_tokens` tokens.
 
     Longest first, so a batch too big for memory fails at once rather than at the end. A
-    sequence longer than `max_tokens` gets a batch of its own.
+    sequence longer than `batch_tokens` gets a batch of its own.
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     for i in order:
         # Sorted descending: the batch's first sequence is its longest, the padded width.
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
             batches[-1].append(i)
         else:
             batches.append([i])
@@ -91,8 +91,8 @@ class Roberta(nn.Module):
         return self.model.embed_tokens.weight.device
 
     @property
-    def max_tokens(self) -> int:
-        return self.model.config.max_tokens
+    def max_seq_len(self) -> int:
+        return self.model.config.max_seq_len
 
     def _mode(self) -> AbstractContextManager:
         return torch.inference_mode(not self.training)
@@ -106,20 +106,20 @@ class Roberta(nn.Module):
         texts cut (longest first) to fit.
         """
         ids = self.tokenizer.encode(sentence, *pairs, no_separator=no_separator)
-        if len(ids) > self.max_tokens:
+        if len(ids) > self.max_seq_len:
             self._refuse_or_warn(len(ids), 0, truncate, 1)
-            ids = self.tokenizer.encode(sentence, *pairs, no_separator=no_separator, max_length=self.max_tokens)
+            ids = self.tokenizer.encode(sentence, *pairs, no_separator=no_separator, max_length=self.max_seq_len)
         return torch.tensor(ids, dtype=torch.long)
 
     def encode_batch(self, sentences: Sequence[str], pairs: Sequence[str] | None = None, *,
                      no_separator: bool = False, truncate: bool = False) -> list[torch.Tensor]:
         """`encode(s)` (or `encode(s, pair)`) for each sentence, tokenized together on all cores."""
         ids = self.tokenizer.encode_batch(sentences, pairs, no_separator=no_separator)
-        long = [i for i, seq in enumerate(ids) if len(seq) > self.max_tokens]
+        long = [i for i, seq in enumerate(ids) if len(seq) > self.max_seq_len]
         if long:
             self._refuse_or_warn(len(ids[long[0]]), long[0], truncate, len(long))
             cut = self.tokenizer.encode_batch([sentences[i] for i in long], None if pairs is None else [pairs[i] for i in long],
-                                              no_separator=no_separator, max_length=self.max_tokens)
+                                              no_separator=no_separator, max_length=self.max_seq_len)
             for i, seq in zip(long, cut):
                 ids[i] = seq
         return [torch.tensor(seq, dtype=torch.long) for seq in ids]
@@ -127,9 +127,9 @@ class Roberta(nn.Module):
     def _refuse_or_warn(self, length: int, index: int, truncate: bool, count: int) -> None:
         if not truncate:
             raise TooLongError(
-                f"text of {length} tokens is longer than the model's {self.max_tokens} positions "
+                f"text of {length} tokens is longer than the model's {self.max_seq_len} positions "
                 f"(truncate=True / --truncate cuts it)", index)
-        warnings.warn(f"truncated {count} text(s) to the model's {self.max_tokens} positions", stacklevel=3)
+        warnings.warn(f"truncated {count} text(s) to the model's {self.max_seq_len} positions", stacklevel=3)
 
     def decode(self, tokens: torch.Tensor) -> str | list[str]:
         """Text of 1-D ids, specials dropped; a list of texts where `</s></s>` separates a pair
@@ -215,7 +215,7 @@ class Roberta(nn.Module):
             raise UserError(f"{len(questions)} questions but {len(contexts)} contexts")
         self.model._require_head(name)
         examples = [SquadExample(str(i), q, c, ()) for i, (q, c) in enumerate(zip(questions, contexts))]
-        windows = make_windows(self.tokenizer, examples, min(384, self.max_tokens), train=False).windows
+        windows = make_windows(self.tokenizer, examples, min(384, self.max_seq_len), train=False).windows
         decoded = predict_windows(self.model, SquadTask("1.1", name), examples, windows, self.tokenizer.pad_id)
         answers = [[(s.text, s.score, s.char_start) for s in decoded.nbest[e.id][:topk]] for e in examples]
         return answers[0] if single else answers
@@ -256,8 +256,8 @@ class Roberta(nn.Module):
         before, after = text.split(MASK)
         t = self.tokenizer
         ids = [t.bos_id, *t.tokenize_ids(before.rstrip()), t.mask_id, *t.tokenize_ids(after.rstrip()), t.eos_id]
-        if len(ids) > self.max_tokens:
-            raise UserError(f"fill_mask text of {len(ids)} tokens is longer than the model's {self.max_tokens} positions: {text[:60]!r}...")
+        if len(ids) > self.max_seq_len:
+            raise UserError(f"fill_mask text of {len(ids)} tokens is longer than the model's {self.max_seq_len} positions: {text[:60]!r}...")
         return torch.tensor(ids, dtype=torch.long)
 
     def _fillings(self, text: str, scores: list[float], ids: list[int]) -> list[tuple[str, float, str]]:

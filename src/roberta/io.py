@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import BinaryIO
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -110,17 +111,26 @@ def write_json(dst: str | Path, value) -> None:
         f.write(json.dumps(value, indent=2) + "\n")
 
 
-def read_json(path: str | Path) -> dict:
-    """A JSON object from a file, or a one-line UserError naming the file (and line)."""
+def open_input(path: str | Path) -> BinaryIO:
+    """`path` opened for binary reading, or a one-line UserError saying why it cannot be."""
     path = Path(path)
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
+        return path.open("rb")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a JSON file") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied") from None
+        raise UserError(f"{path}: is a directory, not a file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a file, or a one-line UserError naming the file (and line)."""
+    path = Path(path)
+    with open_input(path) as f:
+        data = f.read()
+    try:
+        values = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:

@@ -161,9 +161,9 @@ class RobertaModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, return_all_hiddens: bool = False) -> EncoderOutput:
         """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H]."""
-        if tokens.size(1) > self.config.max_tokens:
+        if tokens.size(1) > self.config.max_seq_len:
             raise UserError(
-                f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_tokens} positions"
+                f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_seq_len} positions"
             )
         padding = tokens.eq(self.config.padding_idx)
         # Without padding, no mask: SDPA may then take its fastest (flash) kernel.

@@ -1,4 +1,4 @@
-"""Reading raw text for `prepare`: files cut into chunks of whole documents, and chunks into sentences.
+"""Reading raw text, as `prepare` and `train-tokenizer` both do: files cut into chunks of whole documents, and chunks into sentences.
 
 Input files are plain UTF-8 text, optionally gzip-compressed (`.gz`), or JSON lines (`.jsonl`,
 `.jsonl.gz`) with one document per record in a text field. In text files a line is a sentence
@@ -53,7 +53,7 @@ class Chunk:
 @dataclass(frozen=True)
 class InputOptions:
     line_is_document: bool = False
-    jsonl_text_field: str = "text"
+    text_field: str = "text"
     errors: str = "strict"  # "strict": invalid UTF-8 is an error; "replace": U+FFFD
 
 
@@ -213,13 +213,13 @@ def chunk_sentences(chunk: Chunk, options: InputOptions) -> tuple[list[str], lis
 
 
 def _jsonl_text(line: str, path: str, number: int, options: InputOptions) -> str:
-    field = options.jsonl_text_field
+    field = options.text_field
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(record, dict) or field not in record:
-        raise UserError(f"{path}: line {number}: record has no field {field!r} (set --jsonl-text-field)")
+        raise UserError(f"{path}: line {number}: record has no field {field!r} (set --text-field)")
     value = record[field]
     if not isinstance(value, str):
         raise UserError(f"{path}: line {number}: field {field!r} is {type(value).__name__}, expected a string")

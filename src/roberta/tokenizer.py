@@ -35,6 +35,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from roberta.errors import UserError
 from roberta.io import atomic_directory, atomic_write
+from roberta.text_input import InputOptions, chunk_sentences, expand_inputs, iter_chunks
 
 # GPT-2's pre-tokenizer; `tokenizers`' ByteLevel pre-tokenizer uses the same expression.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -544,8 +545,6 @@ def train_tokenizer(
     (an error naming file and line, or U+FFFD)."""
     from tqdm import tqdm
 
-    from roberta.data.text_input import InputOptions, chunk_sentences, expand_inputs, iter_chunks
-
     out = Path(out_dir)
     specials = [BYTE_LEVEL_SPECIALS[r] for r in ("bos", "pad", "eos", "unk")]
     smallest = len(specials) + len(BYTE_TO_CHAR) + 1
@@ -554,7 +553,7 @@ def train_tokenizer(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out}: already exists and is not empty")
     paths = expand_inputs(list(files))
-    options = InputOptions(jsonl_text_field=text_field, errors=errors)
+    options = InputOptions(text_field=text_field, errors=errors)
     compressed = any(p.name.endswith(".gz") for p in paths)
     bar = tqdm(total=None if compressed else sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
                desc="reading text", disable=not progress)

@@ -173,7 +173,7 @@ def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> 
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(path.parent))
     model = build_model(config, heads, map_location)
-    ours = mapping.take(state, fairseq_names(prefix).pairs(config.num_layers, heads), model.state_dict(), source)
+    ours = mapping.import_state(state, fairseq_names(prefix).pairs(config.num_layers, heads), model.state_dict(), source)
     if prefix + "lm_head.weight" not in state:
         raise UserError(f"{source}: missing key {prefix + 'lm_head.weight'!r}")
     mapping.same_tensor(state, prefix + "lm_head.weight", ours["embed_tokens.weight"], source)
@@ -244,8 +244,8 @@ def fairseq_args(model: RobertaModel) -> argparse.Namespace:
         criterion="masked_lm",
         **mapping.config_to(FIELDS, c),
         **FIXED,
-        max_positions=c.max_tokens,
-        tokens_per_sample=c.max_tokens,
+        max_positions=c.max_seq_len,
+        tokens_per_sample=c.max_seq_len,
         pooler_activation_fn="tanh",
         encoder_layerdrop=0.0,
         encoder_layers_to_keep=None,
@@ -258,7 +258,7 @@ def write_fairseq(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     heads = mapping.classifiers_only(head_shapes(model), "fairseq")
     if model.config.padding_idx != 1:
         raise UserError(f"fairseq RoBERTa pads with id 1; this model pads with {model.config.padding_idx}")
-    state = mapping.give(model.state_dict(), fairseq_names().pairs(model.config.num_layers, heads))
+    state = mapping.export_state(model.state_dict(), fairseq_names().pairs(model.config.num_layers, heads))
     state["encoder.lm_head.weight"] = state["encoder.sentence_encoder.embed_tokens.weight"]
     ckpt = {
         "args": fairseq_args(model),

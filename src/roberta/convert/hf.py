@@ -82,7 +82,7 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
         check_vocabulary(tokenizer, config, str(directory))
     model = build_model(config, heads, map_location, initialise=not has_lm_head)
     expected = model.state_dict()
-    ours = mapping.take(state, NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head), expected, source)
+    ours = mapping.import_state(state, NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head), expected, source)
     ours["embed_positions.weight"] = ours["embed_positions.weight"] + token_type_row(state, config, source)
     if has_lm_head:
         mapping.same_tensor(state, "lm_head.decoder.bias", ours["lm_head.bias"], source, "it must equal lm_head.bias")
@@ -184,12 +184,12 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
             raise UserError(
                 f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, not {shape['inner_dim']}"
             )
-    state = mapping.give(model.state_dict(), NAMES.pairs(model.config.num_layers, heads))
+    state = mapping.export_state(model.state_dict(), NAMES.pairs(model.config.num_layers, heads))
     state[TOKEN_TYPES] = torch.zeros(1, model.config.hidden_size, dtype=state["lm_head.bias"].dtype)
     write_json(directory / "config.json", hf_config(model, tokenizer))
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     if tokenizer is not None:
-        write_hf_tokenizer(directory, tokenizer, model.config.max_tokens)
+        write_hf_tokenizer(directory, tokenizer, model.config.max_seq_len)
 
 
 def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:

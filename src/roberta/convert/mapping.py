@@ -128,7 +128,7 @@ def classifier_spec(out_proj: torch.Tensor, dense: torch.Tensor) -> dict:
     return {"kind": ClassificationHead.kind, "num_classes": out_proj.shape[0], "inner_dim": dense.shape[0]}
 
 
-def take(state: dict[str, torch.Tensor], pairs: Pairs, expected: dict[str, torch.Tensor], source: str) -> dict:
+def import_state(state: dict[str, torch.Tensor], pairs: Pairs, expected: dict[str, torch.Tensor], source: str) -> dict:
     """Pop every foreign key of `pairs` from `state` into our names, checking shapes as it goes."""
     ours = {}
     for mine, theirs in pairs:
@@ -144,7 +144,7 @@ def take(state: dict[str, torch.Tensor], pairs: Pairs, expected: dict[str, torch
     return ours
 
 
-def give(state: dict[str, torch.Tensor], pairs: Pairs) -> dict[str, torch.Tensor]:
+def export_state(state: dict[str, torch.Tensor], pairs: Pairs) -> dict[str, torch.Tensor]:
     """Our state dict under foreign names; each tensor its own contiguous copy."""
     out = {}
     for mine, theirs in pairs:

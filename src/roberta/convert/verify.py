@@ -19,7 +19,7 @@ from roberta.model import RobertaModel
 def probe_batch(config: RobertaConfig, seed: int = 0) -> torch.Tensor:
     """Three sequences of unequal length, right-padded: exercises the padding mask and positions."""
     generator = torch.Generator().manual_seed(seed)
-    lengths = [min(n, config.max_tokens) for n in (13, 8, 3)]
+    lengths = [min(n, config.max_seq_len) for n in (13, 8, 3)]
     tokens = torch.full((len(lengths), max(lengths)), config.padding_idx)
     for row, n in enumerate(lengths):
         ids = torch.randint(0, config.vocab_size - 1, (n,), generator=generator)

@@ -1,21 +1,21 @@
 """Batches of masked sequences for the trainer, from a prepared corpus directory.
 
     from roberta.data.loader import DataConfig, build_loader
-    loader = build_loader("corpus/", config=DataConfig(), micro_batch=16, seed=0,
+    loader = build_loader("corpus/", config=DataConfig(), micro_batch_size=16, seed=0,
                           rank=rank, world_size=world_size, start_step=saved["step"])
     for batch in loader:           # endless: epoch after epoch (pass epochs=1 for one pass)
         ...
         saved = loader.state_dict()  # {"step": micro-batches this rank has consumed}
 
 Each batch is a dict of torch tensors:
-    input_ids    int64 [B, T]  masked sequences, padded with the corpus' pad id to the longest in
-                               the batch (attention masks come from `input_ids != pad_id`)
+    tokens       int64 [B, T]  masked sequences, padded with the corpus' pad id to the longest in
+                               the batch (attention masks come from `tokens != pad_id`)
     labels       int64 [B, T]  the original token where a prediction is due, IGNORE_INDEX (-100,
                                cross_entropy's default ignore_index) elsewhere, padding included
     nsp_labels   int64 [B]     pair formats only: 0 = B follows A, 1 = B from another document
 
-B is `micro_batch` for FULL-SENTENCES and SEGMENT-PAIR; for DOC-SENTENCES and SENTENCE-PAIR the
-batch holds a token budget of micro_batch * block_size (padded size), so B varies. Gradient
+B is `micro_batch_size` for FULL-SENTENCES and SEGMENT-PAIR; for DOC-SENTENCES and SENTENCE-PAIR the
+batch holds a token budget of micro_batch_size * seq_len (padded size), so B varies. Gradient
 accumulation is the trainer's business.
 
 Everything is a function of (seed, epoch, step): the epoch's order is a permutation seeded by
@@ -47,7 +47,7 @@ _PAIR_STREAM = 0x70616972
 @dataclass(frozen=True)
 class DataConfig:
     format: str = packing.FULL_SENTENCES  # one of packing.FORMATS
-    block_size: int = 512  # tokens per sequence, <s> and </s> included
+    seq_len: int = 512  # tokens per sequence, <s> and </s> included
     masking: MaskingConfig = field(default_factory=MaskingConfig)
 
     def __post_init__(self) -> None:
@@ -72,14 +72,14 @@ class PretrainDataset(Dataset):
 
     def __init__(
         self, corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(),
-        micro_batch: int, seed: int, rank: int = 0, world_size: int = 1,
+        micro_batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
     ):
         if not 0 <= rank < world_size:
             raise UserError(f"data: rank {rank} is not in [0, world_size={world_size})")
-        if micro_batch < 1:
-            raise UserError(f"data: micro_batch must be >= 1, not {micro_batch}")
+        if micro_batch_size < 1:
+            raise UserError(f"data: micro_batch_size must be >= 1, not {micro_batch_size}")
         corpus = Corpus(corpus_dir)
-        self.config, self.micro_batch, self.seed, self.rank, self.world_size = config, micro_batch, seed, rank, world_size
+        self.config, self.micro_batch_size, self.seed, self.rank, self.world_size = config, micro_batch_size, seed, rank, world_size
         self.split = corpus.split(split)
         self.specials = corpus.specials
         self.drop_last = split == "train"
@@ -95,11 +95,11 @@ class PretrainDataset(Dataset):
         self._document_tokens = self.split.document_token_offsets
         if config.format in packing.PAIR_FORMATS:
             whole = config.format == packing.SEGMENT_PAIR
-            self._segments = packing.segments(offsets, documents, (config.block_size - 4) // 2, whole)
+            self._segments = packing.segments(offsets, documents, (config.seq_len - 4) // 2, whole)
             self._blocks = None
         else:
             cross = config.format == packing.FULL_SENTENCES
-            self._blocks = packing.pack_blocks(offsets, documents, config.block_size, cross)
+            self._blocks = packing.pack_blocks(offsets, documents, config.seq_len, cross)
         self._plan_cache: tuple[int, _Plan] | None = None
         self._epoch_sizes: dict[int, int] = {}
         # Known (epoch, its first step) pairs: budget formats' epochs differ in length, and an
@@ -107,7 +107,7 @@ class PretrainDataset(Dataset):
         self._epoch_starts: dict[int, int] = {0: 0}
         if self.batches_in_epoch(0) == 0:
             raise UserError(
-                f"{corpus.directory}: the {split} split is too small for micro_batch {micro_batch} on {world_size} rank(s)"
+                f"{corpus.directory}: the {split} split is too small for micro_batch_size {micro_batch_size} on {world_size} rank(s)"
             )
 
     # --- planning --------------------------------------------------------------------------
@@ -136,11 +136,11 @@ class PretrainDataset(Dataset):
         rng = np.random.default_rng([self.seed, epoch, _ORDER_STREAM])
         world, rank = self.world_size, self.rank
         if self.config.format in packing.BUDGET_FORMATS:
-            budget = packing.budget_batches(lengths, self.micro_batch * self.config.block_size, rng)
+            budget = packing.budget_batches(lengths, self.micro_batch_size * self.config.seq_len, rng)
             total, order = len(budget), None
         else:
             order, budget = rng.permutation(len(starts)), None
-            total = len(starts) // self.micro_batch if self.drop_last else -(-len(starts) // self.micro_batch)
+            total = len(starts) // self.micro_batch_size if self.drop_last else -(-len(starts) // self.micro_batch_size)
         num = total // world if self.drop_last else len(range(rank, total, world))
         return _Plan(starts, ends, pairs, order, budget, num)
 
@@ -184,7 +184,7 @@ class PretrainDataset(Dataset):
         j = i * self.world_size + self.rank
         if plan.budget is not None:
             return epoch, plan.budget[j]
-        return epoch, plan.order[j * self.micro_batch : (j + 1) * self.micro_batch]
+        return epoch, plan.order[j * self.micro_batch_size : (j + 1) * self.micro_batch_size]
 
     def sequence(self, plan: _Plan, index: int) -> np.ndarray:
         bos, eos = self.specials.bos_id, self.specials.eos_id
@@ -203,12 +203,12 @@ class PretrainDataset(Dataset):
             rng = masking_rng(self.seed, epoch, int(index), self.config.masking.static_copies)
             rows.append(mask_tokens(self.sequence(plan, int(index)), rng, self.config.masking, self.vocab))
         width = max(len(inputs) for inputs, _ in rows)
-        input_ids = np.full((len(rows), width), self.specials.pad_id, dtype=np.int64)
+        tokens = np.full((len(rows), width), self.specials.pad_id, dtype=np.int64)
         labels = np.full((len(rows), width), IGNORE_INDEX, dtype=np.int64)
         for r, (inputs, targets) in enumerate(rows):
-            input_ids[r, : len(inputs)] = inputs
+            tokens[r, : len(inputs)] = inputs
             labels[r, : len(targets)] = targets
-        batch = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
+        batch = {"tokens": torch.from_numpy(tokens), "labels": torch.from_numpy(labels)}
         if plan.pairs is not None:
             batch["nsp_labels"] = torch.from_numpy(plan.pairs.nsp[indices].astype(np.int64))
         return batch
@@ -275,14 +275,14 @@ class PretrainLoader:
 
 
 def build_loader(
-    corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(), micro_batch: int,
+    corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(), micro_batch_size: int,
     seed: int, rank: int = 0, world_size: int = 1, start_step: int = 0, epochs: int | None = None,
     num_workers: int = 0, pin_memory: bool = False, prefetch_factor: int = 2,
 ) -> PretrainLoader:
     """The loader the trainer uses: training data endless from start_step; `split="valid", epochs=1`
     for one evaluation pass (no batch dropped)."""
     dataset = PretrainDataset(
-        corpus_dir, split=split, config=config, micro_batch=micro_batch, seed=seed, rank=rank, world_size=world_size
+        corpus_dir, split=split, config=config, micro_batch_size=micro_batch_size, seed=seed, rank=rank, world_size=world_size
     )
     return PretrainLoader(
         dataset, start_step=start_step, epochs=epochs, num_workers=num_workers,

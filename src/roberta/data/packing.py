@@ -6,11 +6,11 @@ arrays of token ranges, and `block_tokens` / `pair_tokens` to build a sequence f
 
 - FULL-SENTENCES (default): `<s>`, then whole sentences, each followed by `</s>` as fairseq's
   binarized lines are, crossing document boundaries with an extra `</s>` between documents; at
-  most `block_size` tokens in all. Every corpus token lies in exactly one block.
+  most `seq_len` tokens in all. Every corpus token lies in exactly one block.
 - DOC-SENTENCES: the same, but a block never crosses a document; blocks at the end of a
   document are short, so batches are grouped by a token budget (`budget_batches`).
 - SEGMENT-PAIR+NSP: `<s> A </s></s> B </s>` where A and B are segments of whole sentences of at
-  most (block_size - 4) // 2 tokens; B follows A in its document (nsp label 0) or, with
+  most (seq_len - 4) // 2 tokens; B follows A in its document (nsp label 0) or, with
   probability 0.5, is a segment of another document (label 1). Every segment that has a successor
   in its document is an A once per epoch.
 - SENTENCE-PAIR+NSP: the same with single sentences as segments (batched by token budget).
@@ -38,7 +38,7 @@ BUDGET_FORMATS = (DOC_SENTENCES, SENTENCE_PAIR)
 
 @dataclass(frozen=True)
 class Pieces:
-    """Sentences cut to at most `max_len` tokens: token ranges and what each piece ends."""
+    """Sentences cut to at most `max_length` tokens: token ranges and what each piece ends."""
 
     start: np.ndarray  # int64 token offset
     end: np.ndarray
@@ -47,15 +47,15 @@ class Pieces:
     document: np.ndarray  # int64 document number
 
 
-def split_sentences(sentence_offsets: np.ndarray, document_offsets: np.ndarray, max_len: int) -> Pieces:
+def split_sentences(sentence_offsets: np.ndarray, document_offsets: np.ndarray, max_length: int) -> Pieces:
     sentence_offsets = np.asarray(sentence_offsets, dtype=np.int64)
     lengths = np.diff(sentence_offsets)
-    count = np.maximum(1, -(-lengths // max_len))  # pieces per sentence
+    count = np.maximum(1, -(-lengths // max_length))  # pieces per sentence
     sentence = np.repeat(np.arange(len(lengths)), count)
     first_piece = np.concatenate([[0], np.cumsum(count)[:-1]])
     within = np.arange(len(sentence)) - np.repeat(first_piece, count)
-    start = sentence_offsets[sentence] + within * max_len
-    end = np.minimum(start + max_len, sentence_offsets[sentence + 1])
+    start = sentence_offsets[sentence] + within * max_length
+    end = np.minimum(start + max_length, sentence_offsets[sentence + 1])
     ends_sentence = end == sentence_offsets[sentence + 1]
     document = np.searchsorted(np.asarray(document_offsets), sentence, side="right") - 1
     last_sentence = np.asarray(document_offsets)[document + 1] - 1
@@ -82,30 +82,30 @@ def _greedy(cost: np.ndarray, capacity: int, stop_after: np.ndarray | None) -> n
 
 
 def pack_blocks(
-    sentence_offsets: np.ndarray, document_offsets: np.ndarray, block_size: int, cross_documents: bool
+    sentence_offsets: np.ndarray, document_offsets: np.ndarray, seq_len: int, cross_documents: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """FULL-SENTENCES (cross_documents=True) or DOC-SENTENCES blocks: (start, end) token ranges.
 
     The cost of a piece is its tokens, its `</s>` if it ends a sentence and, across documents,
     the extra `</s>` if it ends one; the block's `<s>` takes one place.
     """
-    if block_size < 4:
-        raise UserError(f"block_size {block_size} is too small (at least 4)")
-    pieces = split_sentences(sentence_offsets, document_offsets, block_size - 3)
+    if seq_len < 4:
+        raise UserError(f"seq_len {seq_len} is too small (at least 4)")
+    pieces = split_sentences(sentence_offsets, document_offsets, seq_len - 3)
     cost = (pieces.end - pieces.start) + pieces.ends_sentence + (pieces.ends_document & cross_documents)
-    bounds = _greedy(cost, block_size - 1, None if cross_documents else pieces.ends_document)
+    bounds = _greedy(cost, seq_len - 1, None if cross_documents else pieces.ends_document)
     return pieces.start[bounds[:-1]], pieces.end[bounds[1:] - 1]
 
 
 def segments(
-    sentence_offsets: np.ndarray, document_offsets: np.ndarray, max_len: int, whole_sentences: bool
+    sentence_offsets: np.ndarray, document_offsets: np.ndarray, max_length: int, whole_sentences: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Segments for the pair formats: (start, end, document). One sentence each, or as many
-    whole consecutive sentences of one document as fit in max_len."""
-    pieces = split_sentences(sentence_offsets, document_offsets, max_len)
+    whole consecutive sentences of one document as fit in max_length."""
+    pieces = split_sentences(sentence_offsets, document_offsets, max_length)
     if not whole_sentences:
         return pieces.start, pieces.end, pieces.document
-    bounds = _greedy(pieces.end - pieces.start, max_len, pieces.ends_document)
+    bounds = _greedy(pieces.end - pieces.start, max_length, pieces.ends_document)
     return pieces.start[bounds[:-1]], pieces.end[bounds[1:] - 1], pieces.document[bounds[:-1]]
 
 
@@ -163,18 +163,18 @@ def pair_tokens(a: np.ndarray, b: np.ndarray, bos_id: int, eos_id: int) -> np.nd
     return np.concatenate([[bos_id], a, [eos_id, eos_id], b, [eos_id]]).astype(np.int64)
 
 
-def budget_batches(lengths: np.ndarray, max_tokens: int, rng: np.random.Generator, window: int = 100) -> list[np.ndarray]:
-    """Batches of sequence indices whose padded size (count x longest) stays within max_tokens.
+def budget_batches(lengths: np.ndarray, batch_tokens: int, rng: np.random.Generator, window: int = 100) -> list[np.ndarray]:
+    """Batches of sequence indices whose padded size (count x longest) stays within batch_tokens.
 
     Sequences are shuffled, sorted by length within windows of `window` batches' worth so that
     similar lengths share a batch (little padding, so real tokens per batch stay near
-    max_tokens), and the batches are shuffled again.
+    batch_tokens), and the batches are shuffled again.
     """
     lengths = np.asarray(lengths)
-    if len(lengths) and lengths.max() > max_tokens:
-        raise UserError(f"token budget {max_tokens} is smaller than a sequence of {int(lengths.max())} tokens")
+    if len(lengths) and lengths.max() > batch_tokens:
+        raise UserError(f"token budget {batch_tokens} is smaller than a sequence of {int(lengths.max())} tokens")
     order = rng.permutation(len(lengths))
-    per_window = max(1, window * max_tokens // max(1, int(np.median(lengths)) if len(lengths) else 1))
+    per_window = max(1, window * batch_tokens // max(1, int(np.median(lengths)) if len(lengths) else 1))
     batches: list[np.ndarray] = []
     for w in range(0, len(order), per_window):
         part = order[w : w + per_window]
@@ -182,7 +182,7 @@ def budget_batches(lengths: np.ndarray, max_tokens: int, rng: np.random.Generato
         first, longest = 0, 0
         for i, index in enumerate(part):
             longest_if_added = max(longest, int(lengths[index]))
-            if (i - first + 1) * longest_if_added > max_tokens:
+            if (i - first + 1) * longest_if_added > batch_tokens:
                 batches.append(part[first:i])
                 first, longest_if_added = i, int(lengths[index])
             longest = longest_if_added

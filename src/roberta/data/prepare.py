@@ -29,7 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from roberta.data import corpus as layout
-from roberta.data.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
+from roberta.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
 from roberta.errors import UserError
 from roberta.io import publish_directory, write_json
 
@@ -179,7 +179,7 @@ def prepare(
     valid_fraction: float = 0.01,
     seed: int = 0,
     line_is_document: bool = False,
-    jsonl_text_field: str = "text",
+    text_field: str = "text",
     errors: str = "strict",
     chunk_bytes: int = 1 << 20,
     shard_bytes: int = 1 << 30,
@@ -206,7 +206,7 @@ def prepare(
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a directory (--overwrite replaces a corpus directory only)")
     files = expand_inputs(inputs)
-    options = InputOptions(line_is_document=line_is_document, jsonl_text_field=jsonl_text_field, errors=errors)
+    options = InputOptions(line_is_document=line_is_document, text_field=text_field, errors=errors)
 
     from roberta.tokenizer import load_tokenizer
 
@@ -216,7 +216,7 @@ def prepare(
         "tokenizer": _tokenizer_record(tokenizer),
         "inputs": [{"path": str(p), "bytes": p.stat().st_size} for p in files],
         "options": {
-            "line_is_document": line_is_document, "jsonl_text_field": jsonl_text_field, "errors": errors,
+            "line_is_document": line_is_document, "jsonl_text_field": text_field, "errors": errors,
             "valid_fraction": valid_fraction, "seed": seed, "chunk_bytes": chunk_bytes, "shard_bytes": shard_bytes,
         },
     }
@@ -282,7 +282,7 @@ def _run(
     total = None if any(p.name.endswith(".gz") for p in files) else sum(p.stat().st_size for p in files)
     shard = _ShardInProgress(partial, len(state.shards))
     # The bar starts after the workers: its monitor thread must not exist when they fork.
-    with _encoded_in_order(chunks, encoder, tokenizer_dir, workers) as results, tqdm(
+    with _EncodingPool(chunks, encoder, tokenizer_dir, workers) as results, tqdm(
         total=total, initial=state.input_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress
     ) as bar:
         for chunk, encoded in results:
@@ -321,7 +321,7 @@ class _ShardInProgress:
         return {split: writer.close() for split, writer in self.writers.items()}
 
 
-class _encoded_in_order:
+class _EncodingPool:
     """Context manager yielding (chunk, Encoded) in chunk order, encoded by `workers` processes."""
 
     def __init__(self, chunks, encoder: ChunkEncoder, tokenizer_dir: str, workers: int):

@@ -3,7 +3,7 @@ fine-tunes a classification head on them (GLUE uses it too, with its own readers
 
 Examples are read from CSV, TSV or JSONL with columns named by header or key; string labels are
 kept as strings, and the label set is the sorted distinct labels of the training file. Batches
-carry `input_ids` [B, T] (padded to the longest), `labels` [B] (class ids, or floats for
+carry `tokens` [B, T] (padded to the longest), `labels` [B] (class ids, or floats for
 regression) and `index` [B] (the example's position, so dev predictions can be gathered).
 """
 
@@ -155,7 +155,7 @@ def classify_objective(
 
     def collate(token_ids: list[list[int]], gold: list, indices: np.ndarray) -> Batch:
         return {
-            "input_ids": pad([token_ids[i] for i in indices], pad_id),
+            "tokens": pad([token_ids[i] for i in indices], pad_id),
             "labels": torch.tensor([gold[i] for i in indices], dtype=dtype),
             "index": torch.from_numpy(indices.astype(np.int64)),
         }
@@ -168,7 +168,7 @@ def classify_objective(
             model.add_classification_head(task.name, len(task.labels) or 1, labels=task.labels)
 
     def loss(model: RobertaModel, batch: Batch) -> dict:
-        logits = model.classify(task.name, model(batch["input_ids"]).last_hidden_state).float()
+        logits = model.classify(task.name, model(batch["tokens"]).last_hidden_state).float()
         gold = batch["labels"]
         if task.regression:
             predictions = logits.squeeze(-1)
@@ -207,16 +207,16 @@ def finetune_sentences(
     from roberta.tasks.finetune import check_head, start_model
     from roberta.train import distributed
 
-    env = distributed.setup(job.train.device)
+    placement = distributed.setup(job.train.device)
     torch.manual_seed(job.train.seed)  # the new head's initial weights
     model, tokenizer = start_model(init, init_task)
     check_head(model, task.name, len(task.labels) or 1, init)
-    max_length = min(job.data.max_length, model.config.max_tokens)
+    max_length = min(job.data.max_length, model.config.max_seq_len)
     train = (encode(tokenizer, train_examples, max_length), label_values(task, train_examples, train_path))
     dev = {
         name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
         for name, (examples, path) in dev_sets.items()
     }
-    objective = classify_objective(task, train, dev, job, tokenizer.pad_id, env.rank, env.world_size)
+    objective = classify_objective(task, train, dev, job, tokenizer.pad_id, placement.rank, placement.world_size)
     run_info = {"task": task.name, "labels": list(task.labels), "init": str(init_task or init)}
-    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, env=env, run_info=run_info)
+    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, placement=placement, run_info=run_info)

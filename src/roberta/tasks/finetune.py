@@ -93,22 +93,22 @@ def check_head(model: RobertaModel, name: str, num_classes: int, source: str | P
 class LengthBatches:
     """This rank's micro-batches of example indices, epoch after epoch, from any position."""
 
-    def __init__(self, lengths: Sequence[int], micro: int, seed: int, rank: int, world: int, group_by_length: bool):
-        self.lengths, self.micro, self.seed = np.asarray(lengths), micro, seed
+    def __init__(self, lengths: Sequence[int], micro_batch_size: int, seed: int, rank: int, world: int, group_by_length: bool):
+        self.lengths, self.micro_batch_size, self.seed = np.asarray(lengths), micro_batch_size, seed
         self.rank, self.world, self.group_by_length = rank, world, group_by_length
-        self.per_epoch = -(-len(self.lengths) // micro) // world
+        self.per_epoch = -(-len(self.lengths) // micro_batch_size) // world
         if self.per_epoch == 0:
-            raise UserError(f"{len(self.lengths)} training examples are too few for micro-batches of {micro} on {world} rank(s)")
+            raise UserError(f"{len(self.lengths)} training examples are too few for micro-batches of {micro_batch_size} on {world} rank(s)")
         self._cache: tuple[int, list[np.ndarray]] | None = None
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         if self._cache is None or self._cache[0] != epoch:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.lengths))
             if self.group_by_length:
-                size = MEGA_BATCH * self.micro
+                size = MEGA_BATCH * self.micro_batch_size
                 mega = [order[i : i + size] for i in range(0, len(order), size)]
                 order = np.concatenate([m[np.argsort(-self.lengths[m], kind="stable")] for m in mega])
-            batches = [order[i : i + self.micro] for i in range(0, len(order), self.micro)]
+            batches = [order[i : i + self.micro_batch_size] for i in range(0, len(order), self.micro_batch_size)]
             self._cache = (epoch, batches[self.rank :: self.world][: self.per_epoch])
         return self._cache[1]
 
@@ -119,10 +119,10 @@ class LengthBatches:
             position += 1
 
 
-def eval_batches(lengths: Sequence[int], micro: int, rank: int, world: int) -> list[np.ndarray]:
+def eval_batches(lengths: Sequence[int], micro_batch_size: int, rank: int, world: int) -> list[np.ndarray]:
     """This rank's share of a held-out set, sorted by length so batches pad little."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    batches = [order[i : i + micro] for i in range(0, len(order), micro)]
+    batches = [order[i : i + micro_batch_size] for i in range(0, len(order), micro_batch_size)]
     return batches[rank::world]
 
 
@@ -137,11 +137,11 @@ def batched_objective(
     `LengthBatches` over `train_lengths`, each held-out set (its lengths, its collate) sorted by
     length. `train_batch` and the collates turn example indices into a batch. With several
     held-out sets, `best_metric` is read from the first ("set/metric")."""
-    micro, _ = batch_plan(job, world)
-    batcher = LengthBatches(train_lengths, micro, job.train.seed, rank, world, job.data.group_by_length)
+    micro_batch_size, _ = batch_plan(job, world)
+    batcher = LengthBatches(train_lengths, micro_batch_size, job.train.seed, rank, world, job.data.group_by_length)
 
     def held_out(lengths: Sequence[int], collate: Callable[[np.ndarray], Batch]) -> Callable[[], Iterable[Batch]]:
-        return lambda: (collate(b) for b in eval_batches(lengths, micro, rank, world))
+        return lambda: (collate(b) for b in eval_batches(lengths, micro_batch_size, rank, world))
 
     mean_length = round(float(np.mean(train_lengths)))
     return Objective(
@@ -152,7 +152,7 @@ def batched_objective(
         counts=counts,
         loss=loss,
         metrics=metrics,
-        tokens=lambda batch: int(batch["input_ids"].ne(pad_id).sum()),
+        tokens=lambda batch: int(batch["tokens"].ne(pad_id).sum()),
         flops_per_token=lambda config: training_flops_per_token(config, mean_length),
         batches_per_epoch=batcher.per_epoch,
         best_metric=best_metric if len(eval_sets) <= 1 else f"{next(iter(eval_sets))}/{best_metric}",

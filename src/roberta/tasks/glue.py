@@ -187,7 +187,7 @@ def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Pat
     task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training."""
     examples = read_split(task, input, labelled=False)
     pairs = [e.pair for e in examples] if task.pair_column else None
-    tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_tokens)
+    tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_seq_len)
     logits = roberta.predict(task.name, tokens, return_logits=True).float()
     predictions = logits.squeeze(-1).tolist() if task.regression else logits.argmax(-1).tolist()
     write_predictions(task, out, [e.index for e in examples], predictions)

@@ -5,7 +5,7 @@
     job = load_pretrain_job("configs/pretrain-tiny.toml", ["--train.max_steps=1000"])
     result = pretrain(job, data="corpus/", out="runs/tiny")
 
-Batches are dicts with `input_ids` [B, T] (padded with the model's padding id), `labels` [B, T]
+Batches are dicts with `tokens` [B, T] (padded with the model's padding id), `labels` [B, T]
 (the original token at masked positions, IGNORE_INDEX elsewhere) and, for NSP formats,
 `nsp_labels` [B] (0: B follows A, 1: B is from another document). Under `torchrun` every rank
 calls the same function; each reads its own shard of the data.
@@ -78,7 +78,7 @@ def mlm_objective(
         return found
 
     def tokens(batch: Batch) -> int:
-        return int(batch["input_ids"].ne(padding_idx).sum())
+        return int(batch["tokens"].ne(padding_idx).sum())
 
     return Objective(
         name="pretrain",
@@ -98,7 +98,7 @@ def mlm_objective(
 
 
 def mlm_loss(model: RobertaModel, batch: Batch, nsp: bool) -> dict[str, torch.Tensor]:
-    hidden = model(batch["input_ids"]).last_hidden_state
+    hidden = model(batch["tokens"]).last_hidden_state
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
     # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small model's FLOPs).
@@ -145,13 +145,13 @@ def pretrain(
     """
     job = scaled(job)
     out = Path(out)
-    env = distributed.setup(job.train.device)
+    placement = distributed.setup(job.train.device)
     corpus = Corpus(data)
     specials = corpus.specials
     tok = _find_tokenizer(Path(data), tokenizer)
     if tok is not None:
         check_tokenizer(data, tok)
-    micro, _ = batch_plan(job, env.world_size)
+    micro_batch_size, _ = batch_plan(job, placement.world_size)
 
     torch.manual_seed(job.train.seed)  # every rank builds the same initial weights
     if init_from is not None:
@@ -168,8 +168,8 @@ def pretrain(
         model.train()
     else:
         model = RobertaModel(job.model_config(specials.vocab_size, specials.pad_id))
-    if job.data.seq_len > model.config.max_tokens:
-        raise UserError(f"data.seq_len = {job.data.seq_len} exceeds the model's {model.config.max_tokens} positions")
+    if job.data.seq_len > model.config.max_seq_len:
+        raise UserError(f"data.seq_len = {job.data.seq_len} exceeds the model's {model.config.max_seq_len} positions")
 
     masking = MaskingConfig(
         mask_prob=job.data.mask_prob,
@@ -177,16 +177,16 @@ def pretrain(
         span_length=job.data.span_length,
         static_copies=job.data.static_copies if job.data.masking == "static" else 0,
     )
-    data_config = DataConfig(format=job.data.format, block_size=job.data.seq_len, masking=masking)
+    data_config = DataConfig(format=job.data.format, seq_len=job.data.seq_len, masking=masking)
 
     def dataset(split: str) -> PretrainDataset:
         return PretrainDataset(
-            data, split=split, config=data_config, micro_batch=micro, seed=job.train.seed,
-            rank=env.rank, world_size=env.world_size,
+            data, split=split, config=data_config, micro_batch_size=micro_batch_size, seed=job.train.seed,
+            rank=placement.rank, world_size=placement.world_size,
         )
 
     train_set, valid_set = dataset("train"), dataset("valid")
-    pin = env.device.type == "cuda"
+    pin = placement.device.type == "cuda"
     objective = mlm_objective(
         train_batches=lambda start: iter(
             PretrainLoader(train_set, start_step=start, num_workers=job.data.workers, pin_memory=pin)
@@ -198,7 +198,7 @@ def pretrain(
         nsp=job.data.format in PAIR_FORMATS,
     )
     run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
-    return train(model, objective, job, out, tokenizer=tok, resume=resume, env=env, run_info=run_info)
+    return train(model, objective, job, out, tokenizer=tok, resume=resume, placement=placement, run_info=run_info)
 
 
 def _find_tokenizer(data: Path, given: str | Path | None):

@@ -114,7 +114,7 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
                    eval_sets: dict[str, tuple[list[list[list[int]]], list[RaceExample]]],
                    job, pad_id: int, rank: int = 0, world: int = 1):
     """The objective over encoded questions (4 id lists each) and their examples: the batch's
-    `input_ids` are [B*4, T], the head's one output per row is read as [B, 4] option scores."""
+    `tokens` are [B*4, T], the head's one output per row is read as [B, 4] option scores."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -124,7 +124,7 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
 
     def collate(encoded: list[list[list[int]]], items: list[RaceExample], indices) -> dict:
         return {
-            "input_ids": pad([ids for i in indices for ids in encoded[i]], pad_id),
+            "tokens": pad([ids for i in indices for ids in encoded[i]], pad_id),
             "labels": torch.tensor([items[i].label for i in indices], dtype=torch.long),
             "level": torch.tensor([LEVELS.index(items[i].level) for i in indices], dtype=torch.long),
         }
@@ -137,7 +137,7 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
             model.add_classification_head(RACE_HEAD, 1)
 
     def loss(model, batch: dict) -> dict:
-        scores = model.classify(RACE_HEAD, model(batch["input_ids"]).last_hidden_state).float().view(-1, len(LETTERS))
+        scores = model.classify(RACE_HEAD, model(batch["tokens"]).last_hidden_state).float().view(-1, len(LETTERS))
         predictions = scores.argmax(-1)
         return {"loss": F.cross_entropy(scores, batch["labels"], reduction="sum"),
                 "correct": (predictions == batch["labels"]).sum(),
@@ -179,14 +179,14 @@ def finetune_race(job, data_dir: str | Path, init: str | Path, out: str | Path, 
     data_dir = Path(data_dir)
     splits = {name: read_race(data_dir / name) for name in ("train", "dev", "test")
               if name != "test" or (data_dir / name).is_dir()}
-    env = distributed.setup(job.train.device)
+    placement = distributed.setup(job.train.device)
     torch.manual_seed(job.train.seed)  # the new head's initial weights
     model, tokenizer = start_model(init, init_task)
     check_head(model, RACE_HEAD, 1, init)
-    max_length = min(job.data.max_length, model.config.max_tokens)
+    max_length = min(job.data.max_length, model.config.max_seq_len)
     encoded = {name: ([encode_choices(tokenizer, e, max_length, max_qa) for e in examples], examples)
                for name, examples in splits.items()}
     train = encoded.pop("train")
-    objective = race_objective(train, encoded, job, tokenizer.pad_id, env.rank, env.world_size)
+    objective = race_objective(train, encoded, job, tokenizer.pad_id, placement.rank, placement.world_size)
     run_info = {"task": "race", "init": str(init_task or init)}
-    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, env=env, run_info=run_info)
+    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, placement=placement, run_info=run_info)

@@ -14,21 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from roberta.errors import UserError
+from roberta.io import open_input
 
 FORMATS = (".csv", ".tsv", ".jsonl")
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, text without its line ending) for each line of a UTF-8 file."""
-    try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror})") from None
-    with f:
+    with open_input(path) as f:
         for number, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")

@@ -110,13 +110,13 @@ def _read_question(qa, context: str, version: str, seen: set[str], path: Path, w
 class SquadWindow:
     """One model input: `<s> question </s></s> context[window] </s>`.
 
-    Context tokens are `input_ids[context_start:context_end]`; `offsets[k]` is the (start, end)
+    Context tokens are `tokens[context_start:context_end]`; `offsets[k]` is the (start, end)
     character span in the example's context of context token k (a view shared by the windows
-    of one context). `start_position`/`end_position` index `input_ids`: the answer's tokens,
+    of one context). `start_position`/`end_position` index `tokens`: the answer's tokens,
     or 0 (`<s>`) when the answer is not inside this window, the question is impossible, or the
     windows were made for evaluation."""
 
-    input_ids: np.ndarray  # int32 [T]
+    tokens: np.ndarray  # int32 [T]
     example_index: int
     context_start: int
     offsets: np.ndarray  # int32 [context_end - context_start, 2]
@@ -180,8 +180,8 @@ def make_windows(tokenizer: Tokenizer, examples: Sequence[SquadExample], max_len
             start = end_ = 0
             if answer is not None and begin <= answer[0] and answer[1] < end:
                 start, end_ = answer[0] - begin + len(prefix), answer[1] - begin + len(prefix)
-            input_ids = np.concatenate([prefix, context_ids[begin:end], [tokenizer.eos_id]]).astype(np.int32)
-            windows.append(SquadWindow(input_ids, index, len(prefix), offsets[begin:end], start, end_))
+            tokens = np.concatenate([prefix, context_ids[begin:end], [tokenizer.eos_id]]).astype(np.int32)
+            windows.append(SquadWindow(tokens, index, len(prefix), offsets[begin:end], start, end_))
     if mismatched:
         warnings.warn(f"{len(mismatched)} SQuAD question(s) skipped in training: answer_start does not match "
                       f"the answer text (first: {mismatched[0]})", stacklevel=2)
@@ -453,13 +453,13 @@ class SquadTask:
         return f"{self.name}-answerable"
 
 
-def window_logits(model, name: str, hidden, input_ids, pad_id: int):
+def window_logits(model, name: str, hidden, tokens, pad_id: int):
     """Start and end logits [B, T] in float32, padding pushed to the lowest value so that it is
     never a training target's rival nor a decoded span."""
     import torch
 
     start, end = (x.float() for x in model.classify(name, hidden))
-    padding = input_ids.eq(pad_id)
+    padding = tokens.eq(pad_id)
     low = torch.finfo(torch.float32).min
     return start.masked_fill(padding, low), end.masked_fill(padding, low)
 
@@ -487,14 +487,14 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
     def train_batch(indices: np.ndarray) -> dict:
         chosen = [train_windows[i] for i in indices]
         return {
-            "input_ids": pad([w.input_ids for w in chosen], pad_id),
+            "tokens": pad([w.tokens for w in chosen], pad_id),
             "start_position": torch.tensor([w.start_position for w in chosen], dtype=torch.long),
             "end_position": torch.tensor([w.end_position for w in chosen], dtype=torch.long),
         }
 
     def dev_batch(indices: np.ndarray) -> dict:
         # A fixed width: gathered [B, T] logits are concatenated across batches and ranks.
-        return {"input_ids": pad([dev_windows[i].input_ids for i in indices], pad_id, max_length),
+        return {"tokens": pad([dev_windows[i].tokens for i in indices], pad_id, max_length),
                 "window": torch.from_numpy(indices.astype(np.int64))}
 
     def add_heads(model) -> None:
@@ -506,9 +506,9 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
             model.add_classification_head(task.answerable, 2)
 
     def loss(model, batch: dict) -> dict:
-        input_ids = batch["input_ids"]
-        hidden = model(input_ids).last_hidden_state
-        start, end = window_logits(model, task.name, hidden, input_ids, pad_id)
+        tokens = batch["tokens"]
+        hidden = model(tokens).last_hidden_state
+        start, end = window_logits(model, task.name, hidden, tokens, pad_id)
         if "window" in batch:
             return {EXAMPLES: {"window": batch["window"], "start": start, "end": end}}
         total = (F.cross_entropy(start, batch["start_position"], reduction="sum")
@@ -530,10 +530,10 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
 
     return batched_objective(
         task.name, job=job, pad_id=pad_id, rank=rank, world=world,
-        train_lengths=[len(w.input_ids) for w in train_windows], train_batch=train_batch,
-        eval_sets={"dev": ([len(w.input_ids) for w in dev_windows], dev_batch)},
+        train_lengths=[len(w.tokens) for w in train_windows], train_batch=train_batch,
+        eval_sets={"dev": ([len(w.tokens) for w in dev_windows], dev_batch)},
         add_heads=add_heads, loss=loss, metrics=metrics, best_metric="f1",
-        counts=lambda batch: {} if "window" in batch else {"loss": len(batch["input_ids"])},
+        counts=lambda batch: {} if "window" in batch else {"loss": len(batch["tokens"])},
     )
 
 
@@ -545,15 +545,15 @@ def predict_windows(model, task: SquadTask, examples: Sequence[SquadExample], wi
     from roberta.tasks.finetune import pad
 
     device = next(model.parameters()).device
-    width = max(len(w.input_ids) for w in windows)
+    width = max(len(w.tokens) for w in windows)
     starts, ends = [], []
     was_training = model.training
     model.eval()
     with torch.inference_mode():
         for i in range(0, len(windows), batch_size):
-            input_ids = pad([w.input_ids for w in windows[i : i + batch_size]], pad_id, width).to(device)
-            hidden = model(input_ids).last_hidden_state
-            start, end = window_logits(model, task.name, hidden, input_ids, pad_id)
+            tokens = pad([w.tokens for w in windows[i : i + batch_size]], pad_id, width).to(device)
+            hidden = model(tokens).last_hidden_state
+            start, end = window_logits(model, task.name, hidden, tokens, pad_id)
             starts.append(start.cpu().numpy())
             ends.append(end.cpu().numpy())
     model.train(was_training)
@@ -576,21 +576,21 @@ def finetune_squad(job, version: str, train_path: str | Path, dev_path: str | Pa
     task = SquadTask(version, name)
     _check_version(version)
     train_examples, dev_examples = read_squad(train_path, version), read_squad(dev_path, version)
-    env = distributed.setup(job.train.device)
+    placement = distributed.setup(job.train.device)
     torch.manual_seed(job.train.seed)  # the new heads' initial weights
     model, tokenizer = start_model(init, init_task)
-    max_length = min(job.data.max_length, model.config.max_tokens)
+    max_length = min(job.data.max_length, model.config.max_seq_len)
     train_windows = make_windows(tokenizer, train_examples, max_length, stride, max_query, train=True).windows
     if not train_windows:
         raise UserError(f"{train_path}: no question could be trained on (every answer_start mismatched)")
     dev_windows = make_windows(tokenizer, dev_examples, max_length, stride, max_query, train=False).windows
     objective = squad_objective(task, train_windows, (dev_examples, dev_windows), job, tokenizer.pad_id, max_length,
-                                env.rank, env.world_size)
+                                placement.rank, placement.world_size)
     run_info = {"task": f"squad-{version}", "init": str(init_task or init)}
-    result = train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, env=env, run_info=run_info)
-    if env.is_main and result.best is not None:
+    result = train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, placement=placement, run_info=run_info)
+    if placement.is_main and result.best is not None:
         best, _ = load_any(Path(out) / BEST_DIR)
-        decoded = predict_windows(best.to(env.device), task, dev_examples, dev_windows, tokenizer.pad_id,
+        decoded = predict_windows(best.to(placement.device), task, dev_examples, dev_windows, tokenizer.pad_id,
                                   job.train.micro_batch_size)
         predictions = decoded.predictions
         if version == "2.0":

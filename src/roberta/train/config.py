@@ -253,13 +253,13 @@ def scaled(job: JobConfig) -> JobConfig:
     def shrink(n: int) -> int:
         return max(1, math.ceil(n * s))
 
-    batch, micro = shrink(job.train.batch_size), job.train.micro_batch_size
-    if batch <= micro:
-        micro = batch
+    batch, micro_batch_size = shrink(job.train.batch_size), job.train.micro_batch_size
+    if batch <= micro_batch_size:
+        micro_batch_size = batch
     else:
-        batch = max(1, round(batch / micro)) * micro
+        batch = max(1, round(batch / micro_batch_size)) * micro_batch_size
     train = dataclasses.replace(
-        job.train, batch_size=batch, micro_batch_size=micro, max_steps=shrink(job.train.max_steps), scale=1.0
+        job.train, batch_size=batch, micro_batch_size=micro_batch_size, max_steps=shrink(job.train.max_steps), scale=1.0
     )
     schedule = dataclasses.replace(job.schedule, warmup_steps=shrink(job.schedule.warmup_steps))
     return dataclasses.replace(job, train=train, schedule=schedule)

@@ -19,7 +19,7 @@ from roberta.errors import UserError
 
 
 @dataclass(frozen=True)
-class Dist:
+class Placement:
     rank: int
     world_size: int
     device: torch.device
@@ -29,7 +29,7 @@ class Dist:
         return self.rank == 0
 
 
-def setup(device: str = "auto") -> Dist:
+def setup(device: str = "auto") -> Placement:
     """Join the torchrun process group if there is one, and pick this process's device."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -45,26 +45,26 @@ def setup(device: str = "auto") -> Dist:
         torch_device = torch.device("cpu")
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
-    return Dist(rank=rank, world_size=world_size, device=torch_device)
+    return Placement(rank=rank, world_size=world_size, device=torch_device)
 
 
-def wrap(module: nn.Module, layers: nn.ModuleList, parallel: str, env: Dist) -> nn.Module:
+def wrap(module: nn.Module, layers: nn.ModuleList, parallel: str, placement: Placement) -> nn.Module:
     """The module the loop runs: `module` itself, DDP around it, or sharded in place (FSDP2:
     one unit per encoder layer in `layers`, the root holding the rest)."""
-    if env.world_size == 1:
+    if placement.world_size == 1:
         return module
     if parallel == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(env.device.type, (env.world_size,))
+        mesh = init_device_mesh(placement.device.type, (placement.world_size,))
         for layer in layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(module, mesh=mesh)
         return module
     from torch.nn.parallel import DistributedDataParallel
 
-    ids = [env.device.index] if env.device.type == "cuda" else None
+    ids = [placement.device.index] if placement.device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=ids)
 
 

@@ -19,7 +19,8 @@ def resolve_precision(requested: str, device: torch.device) -> str:
         return requested
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return "bf16"
-    # CPU bf16 matrix products measured ~100x slower than fp32 here (no native bf16 units).
+    # On CPUs without native bf16 units bf16 matrix products run many times slower than fp32
+    # (benchmarks/RESULTS.md, "bf16 on this CPU").
     return "fp32"
 
 

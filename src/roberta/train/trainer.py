@@ -102,14 +102,14 @@ class TrainingDiverged(UserError):
 
 def batch_plan(job: JobConfig, world_size: int) -> tuple[int, int]:
     """(micro-batch size per rank, accumulation steps) that make up train.batch_size sequences."""
-    batch, micro = job.train.batch_size, job.train.micro_batch_size
-    micro = max(1, min(micro, batch // world_size))
-    accumulation, remainder = divmod(batch, micro * world_size)
+    batch, micro_batch_size = job.train.batch_size, job.train.micro_batch_size
+    micro_batch_size = max(1, min(micro_batch_size, batch // world_size))
+    accumulation, remainder = divmod(batch, micro_batch_size * world_size)
     if remainder or accumulation == 0:
         raise UserError(
-            f"train.batch_size = {batch} is not a multiple of train.micro_batch_size ({micro}) x {world_size} rank(s)"
+            f"train.batch_size = {batch} is not a multiple of train.micro_batch_size ({micro_batch_size}) x {world_size} rank(s)"
         )
-    return micro, accumulation
+    return micro_batch_size, accumulation
 
 
 def train(
@@ -120,7 +120,7 @@ def train(
     *,
     tokenizer=None,
     resume: bool = False,
-    env: distributed.Dist | None = None,
+    placement: distributed.Placement | None = None,
     run_info: dict | None = None,
 ) -> TrainResult:
     """Train `model` (a plain module, on the CPU, with this run's initial weights) on `objective`.
@@ -129,8 +129,8 @@ def train(
     plan that does not divide) is checked before anything is written to `run_dir`.
     """
     run_dir = Path(run_dir)
-    env = env or distributed.setup(job.train.device)
-    micro, accumulation = batch_plan(job, env.world_size)
+    placement = placement or distributed.setup(job.train.device)
+    micro_batch_size, accumulation = batch_plan(job, placement.world_size)
     per_epoch = objective.batches_per_epoch // accumulation if objective.batches_per_epoch else None
     if objective.batches_per_epoch is not None and not per_epoch:
         raise UserError(
@@ -149,58 +149,58 @@ def train(
             raise UserError(f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}")
         state = run_state.load_trainer_state(found)
         _load_model_weights(model, found, tokenizer)
-        if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro * env.world_size:
+        if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro_batch_size * placement.world_size:
             raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
-    model.to(env.device)
-    module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, env)
+    model.to(placement.device)
+    module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, placement)
     optimizer = build_optimizer(module, job.optim)
-    precision = resolve_precision(cfg.precision, env.device)
+    precision = resolve_precision(cfg.precision, placement.device)
     scaler = LossScaler(enabled=precision == "fp16")
     step = 0
     best = None
-    torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout differs across ranks, reproducibly
+    torch.manual_seed(cfg.seed + 1 + placement.rank)  # dropout differs across ranks, reproducibly
     if state is not None:
         step = int(state["step"])
         best = state.get("best")
-        _load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, env)
+        _load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, placement)
         scaler.load_state_dict(state["scaler"])
-        if len(state["rng"]) == env.world_size:
-            run_state.set_rng_state(state["rng"][env.rank])
+        if len(state["rng"]) == placement.world_size:
+            run_state.set_rng_state(state["rng"][placement.rank])
 
-    if env.is_main:  # validated: now the run directory may change
+    if placement.is_main:  # validated: now the run directory may change
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json(run_dir / JOB_FILE, {"job": job.to_dict(), **(run_info or {})})
-    log = MetricsLog(run_dir, resume_step=step if state else None) if env.is_main else None
+    log = MetricsLog(run_dir, resume_step=step if state else None) if placement.is_main else None
     params = [p for p in module.parameters() if p.requires_grad]
     flops_per_token = objective.flops_per_token(model.config)
-    peak = peak_flops(env.device, precision, cfg.peak_tflops) * env.world_size
+    peak = peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size
     batches = objective.train_batches(step * accumulation)
-    last_checkpoint = run_state.latest_checkpoint(run_dir) if env.is_main else None
+    last_checkpoint = run_state.latest_checkpoint(run_dir) if placement.is_main else None
     valid: dict[str, float] = {}
     # Sums since the last logged step; kept in checkpoints so that a resumed run logs the same figures.
     window: dict[str, float] = dict(state.get("window", {})) if state else {}
     window_tokens, window_time = 0, 0.0
 
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not env.is_main, desc=objective.name, dynamic_ncols=True)
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not placement.is_main, desc=objective.name, dynamic_ncols=True)
     module.train()
     try:
         while step < cfg.max_steps:
             started = time.perf_counter()
-            micro_batches = [_to_device(next(batches), env.device) for _ in range(accumulation)]
-            counts = _global_counts(objective, micro_batches, env.device)
+            micro_batches = [_to_device(next(batches), placement.device) for _ in range(accumulation)]
+            counts = _global_counts(objective, micro_batches, placement.device)
             set_learning_rate(optimizer, learning_rate(step, job.optim.lr, job.schedule, cfg.max_steps))
             sums: dict[str, torch.Tensor] = {}
             for i, batch in enumerate(micro_batches):
                 with distributed.gradient_sync(module, enabled=i == accumulation - 1):
-                    with autocast(precision, env.device):
+                    with autocast(precision, placement.device):
                         out = module(batch)
                     out.pop(EXAMPLES, None)
-                    loss = sum(out[k].float() / counts[k] for k in counts) * env.world_size
+                    loss = sum(out[k].float() / counts[k] for k in counts) * placement.world_size
                     scaler.scaled(loss).backward()
                 run_state.fault_point(f"step-{step + 1}:micro-batch-{i}")
                 for k, v in out.items():
                     sums[k] = sums.get(k, 0.0) + v.detach().float()
-            totals = _all_reduce_dict(sums, env.device)
+            totals = _all_reduce_dict(sums, placement.device)
             step += 1
             if not all(math.isfinite(totals[k]) for k in counts):
                 bad = ", ".join(f"{k} = {totals[k]}" for k in counts)
@@ -211,7 +211,7 @@ def train(
             if not apply_update(optimizer, params, scaler, job.optim.clip_norm):
                 bar.write(f"step {step}: fp16 gradient overflow, update skipped; loss scale lowered to {scaler.scale:g}")
             window_time += time.perf_counter() - started
-            window_tokens += sum(objective.tokens(b) for b in micro_batches) * env.world_size
+            window_tokens += sum(objective.tokens(b) for b in micro_batches) * placement.world_size
             for k, v in {**totals, **{f"{k}_count": c for k, c in counts.items()}}.items():
                 window[k] = window.get(k, 0.0) + v
             bar.update(1)
@@ -237,7 +237,7 @@ def train(
                 )
                 window, window_tokens, window_time = {}, 0, 0.0
             if step % cfg.eval_every == 0 or step == cfg.max_steps:
-                by_set = evaluate(module, objective, precision, env, cfg.eval_batches)
+                by_set = evaluate(module, objective, precision, placement, cfg.eval_batches)
                 valid = _flatten(by_set)
                 if log:
                     for name, figures in by_set.items():
@@ -250,7 +250,7 @@ def train(
                     if _improves(valid[best_metric], best, objective.higher_is_better):
                         best = {"metric": best_metric, "value": valid[best_metric], "step": step}
                         plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
-                        if env.is_main:
+                        if placement.is_main:
                             checkpoint.save(run_dir / BEST_DIR, plain, tokenizer)
                         distributed.barrier()
             if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
@@ -259,14 +259,14 @@ def train(
                     "optimizer": _optimizer_state(module, optimizer, cfg.parallel),
                     "scaler": scaler.state_dict(),
                     "rng": distributed.all_gather(run_state.rng_state()),  # every rank's streams
-                    "data": {"position": step * accumulation, "micro_batch_size": micro},
-                    "world_size": env.world_size,
+                    "data": {"position": step * accumulation, "micro_batch_size": micro_batch_size},
+                    "world_size": placement.world_size,
                     "job": job.to_dict(),
                     "best": best,
                     "window": dict(window),
                 }
                 plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
-                if env.is_main:
+                if placement.is_main:
                     last_checkpoint = run_state.save_checkpoint(run_dir, step, plain, tokenizer, state_now, cfg.keep_last)
                 distributed.barrier()
             run_state.fault_point(f"step-{step}")
@@ -274,7 +274,7 @@ def train(
         bar.close()
         if log:
             log.close()
-    if env.is_main:
+    if placement.is_main:
         _write_results(run_dir, job, objective, best)
     return TrainResult(step=step, checkpoint=last_checkpoint, valid=valid, skipped_steps=scaler.skipped_steps, best=best)
 
@@ -317,7 +317,7 @@ def apply_update(
 
 @torch.no_grad()
 def evaluate(
-    module: nn.Module, objective: Objective, precision: str, env: distributed.Dist, max_batches: int = 0
+    module: nn.Module, objective: Objective, precision: str, placement: distributed.Placement, max_batches: int = 0
 ) -> dict[str, dict[str, float]]:
     """Each held-out set's figures: summed statistics all-reduced, per-example outputs gathered
     from every rank; `max_batches` > 0 stops each set after that many micro-batches per rank."""
@@ -329,17 +329,17 @@ def evaluate(
         for i, batch in enumerate(batches()):
             if max_batches and i >= max_batches:
                 break
-            batch = _to_device(batch, env.device)
-            with autocast(precision, env.device):
+            batch = _to_device(batch, placement.device)
+            with autocast(precision, placement.device):
                 out = module(batch)
             for k, v in out.pop(EXAMPLES, {}).items():
                 examples.setdefault(k, []).append(v.detach().float().cpu().numpy())
             counts = {f"{k}_count": torch.tensor(float(c)) for k, c in objective.counts(batch).items()}
             for k, v in {**out, **counts}.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().float().to(env.device)
+                sums[k] = sums.get(k, 0.0) + v.detach().float().to(placement.device)
         gathered = distributed.all_gather({k: np.concatenate(v) for k, v in examples.items()})
         merged = {k: np.concatenate([part[k] for part in gathered if k in part]) for k in examples}
-        results[name] = objective.metrics(_all_reduce_dict(sums, env.device), merged)
+        results[name] = objective.metrics(_all_reduce_dict(sums, placement.device), merged)
     if hasattr(module, "reshard"):
         # FSDP2 leaves the root unsharded after a forward with no backward; the optimizer and
         # the state-dict helpers expect the sharded parameters back.
@@ -392,8 +392,8 @@ def _optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, parall
     return optimizer.state_dict()
 
 
-def _load_optimizer(module: nn.Module, optimizer, state: dict, parallel: str, env: distributed.Dist) -> None:
-    if parallel == "fsdp" and env.world_size > 1:
+def _load_optimizer(module: nn.Module, optimizer, state: dict, parallel: str, placement: distributed.Placement) -> None:
+    if parallel == "fsdp" and placement.world_size > 1:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=True))
