@@ -11,6 +11,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """`gpu` tests run where CUDA is visible (the GPU checks), and are skipped, with the reason, elsewhere."""
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
 def shared_data_dir() -> Path:
     return Path(os.environ.get("ROBERTA_DATA", ROOT.parent / "shared" / "data")).resolve()
 

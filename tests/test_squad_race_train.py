@@ -14,6 +14,8 @@ from roberta.config import RobertaConfig
 from roberta.model import RobertaModel
 from roberta.tokenizer import load_tokenizer
 
+pytestmark = pytest.mark.slow
+
 # Overfitting a few dozen questions: no dropout, a high LR, many epochs, evaluation at the end.
 OVERFIT = ["--optim.lr=3e-3", "--optim.weight_decay=0", "--train.batch_size=8", "--data.max_length=256",
            "--train.device=cpu", "--train.log_every=1000", "--train.eval_every=100000"]

@@ -11,6 +11,8 @@ from safetensors.torch import load_file
 
 import train_fixtures
 
+pytestmark = pytest.mark.slow
+
 FIXTURE = Path(__file__).with_name("train_fixtures.py")
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 NO_DROPOUT = ["--model.dropout=0", "--model.attention_dropout=0", "--train.max_steps=4", "--train.eval_every=4"]

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
 
 MICRO = [
     "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
