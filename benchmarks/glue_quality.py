@@ -68,6 +68,7 @@ def run_ours(task: str, init: Path, run_dir: Path, args: argparse.Namespace) -> 
     seed_dirs = [run_dir / f"seed{s}" for s in range(1, args.seeds + 1)] if args.seeds > 1 else [run_dir]
     if not all((d / "results.json").is_file() for d in seed_dirs):
         shutil.rmtree(run_dir, ignore_errors=True)  # a half-finished earlier attempt: start it over
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
         env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
         with open(run_dir.with_suffix(".log"), "w") as log:
             subprocess.run(command, check=True, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -197,6 +198,9 @@ def main() -> None:
     records = saved["runs"]
     for task in args.tasks:
         for variant in args.variants:
+            done = [r for r in records if (r["variant"], r["task"]) == (variant, task)]
+            if variant == "hf" and len(done) == args.seeds:
+                continue  # HF runs keep no run directory: a complete set in the JSON is the record
             started = time.time()
             if variant == "hf":
                 runs = run_hf(task, hf_export(args.pretrained, args.work / "pretrained-hf"), args.work, args)
