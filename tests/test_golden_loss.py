@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import train_fixtures
+from roberta.train.config import OptimSection
+from roberta.train.optim import build_optimizer
 
 GOLDEN = Path(__file__).parent / "assets" / "golden_loss_micro.json"
 STEPS = 20
@@ -21,14 +23,33 @@ STEPS = 20
 TOLERANCE = 1e-4
 
 
+def train_losses(run_dir: Path, *overrides: str) -> list[float]:
+    train_fixtures.run(run_dir, [f"--train.max_steps={STEPS}", f"--train.checkpoint_every={STEPS}",
+                                 f"--train.eval_every={STEPS}", *overrides])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in records if r["split"] == "train"]
+
+
 def test_first_20_losses_match_the_recorded_curve(tmp_path, one_thread):
-    train_fixtures.run(tmp_path, [f"--train.max_steps={STEPS}", f"--train.checkpoint_every={STEPS}",
-                                  f"--train.eval_every={STEPS}"])
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["loss"] for r in records if r["split"] == "train"]
+    losses = train_losses(tmp_path)
     assert len(losses) == STEPS
     if os.environ.get("ROBERTA_WRITE_GOLDEN"):
         GOLDEN.write_text(json.dumps({"job": "tests/train_fixtures.py MICRO_JOB", "losses": losses}, indent=1) + "\n")
     golden = json.loads(GOLDEN.read_text())["losses"]
     assert losses == pytest.approx(golden, rel=TOLERANCE)
     assert losses[-1] < losses[0]  # and the curve is a learning one
+
+
+@pytest.mark.parametrize("implementation", ["foreach", "for-loop"])
+def test_adamw_implementations_follow_the_same_curve(implementation, tmp_path, one_thread):
+    """A speed switch must not change the run: 20 losses equal to 1e-5 relative in fp32."""
+    fused = train_losses(tmp_path / "fused", "--optim.implementation=fused")
+    other = train_losses(tmp_path / implementation, f"--optim.implementation={implementation}")
+    assert other == pytest.approx(fused, rel=1e-5)
+
+
+@pytest.mark.parametrize("implementation, flag", [("fused", "fused"), ("foreach", "foreach")])
+def test_the_implementation_switch_reaches_torch(implementation, flag):
+    model = train_fixtures.initial_model()
+    optimizer = build_optimizer(model, OptimSection(implementation=implementation))
+    assert optimizer.defaults[flag] is True

@@ -55,7 +55,11 @@ class OptimSection:
     eps: float = 1e-6
     weight_decay: float = 0.01
     clip_norm: float = 0.0  # 0 = no clipping (the paper's setting)
+    # How AdamW's update runs: one fused kernel over all parameters (the default), torch's
+    # multi-tensor `foreach` path, or a per-parameter loop. The same update to rounding.
+    implementation: str = "fused"
 
+    CHOICES: ClassVar = {"implementation": ("fused", "foreach", "for-loop")}
     RANGES: ClassVar = {"lr": ">0", "eps": ">0", "weight_decay": ">=0", "clip_norm": ">=0", "betas": "[0,1)"}
 
 
