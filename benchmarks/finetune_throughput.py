@@ -17,13 +17,14 @@ the first rotating, --repeats times; each reports its training time and its own 
                loading or tokenization; no evaluation, no saving.
 
 Both: the same random-init model (ours saved as a checkpoint and exported with
-`convert.export_hf`; each side adds a new head), the task's batch, max length 512 (SQuAD: our
+`convert.export_hf`; each side adds a new head), the same batch (the task's recipe unless given), max length 512 (SQuAD: our
 windows of 384 tokens, stride 128, handed to HF as they are), AdamW betas 0.9/0.98, eps 1e-6,
 weight decay 0.1, linear schedule with 6% warmup, no gradient clipping (HF's max_grad_norm=0;
 HF keeps its default fused AdamW), the task's learning rate, seed 1, the same threads.
 examples/s = training examples (SQuAD: windows) / training time. MFU counts real tokens only.
 
     .venv/bin/python benchmarks/finetune_throughput.py --examples SST-2=512,RTE=128,SQuAD=64
+    .venv/bin/python benchmarks/finetune_throughput.py --examples SST-2=128,RTE=32,SQuAD=16:16 --repeats 2
 """
 
 from __future__ import annotations
@@ -68,18 +69,20 @@ class Setup:
     windows: Path | None = None  # SQuAD: our training windows, for HF
 
 
-def tasks(sizes: str, batch: int | None) -> list[Task]:
+def tasks(sizes: str) -> list[Task]:
+    """Tasks from "TASK=N[:B],...": N training examples (SQuAD: questions), batch B (default: the recipe's)."""
     from roberta.tasks.glue import get_task
     from roberta.tasks.squad import SQUAD_BATCH, SQUAD_LR
 
     found = []
     for item in sizes.split(","):
-        name, _, count = item.partition("=")
+        name, _, size = item.partition("=")
+        count, _, batch = size.partition(":")
         if name == "SQuAD":
-            found.append(Task(name, int(count), batch or SQUAD_BATCH, SQUAD_LR))
+            found.append(Task(name, int(count), int(batch or SQUAD_BATCH), SQUAD_LR))
         else:
             glue = get_task(name)
-            found.append(Task(glue.name, int(count), batch or glue.batch_size, glue.lr))
+            found.append(Task(glue.name, int(count), int(batch or glue.batch_size), glue.lr))
     return found
 
 
@@ -271,8 +274,9 @@ def compare(setup: Setup, ours: Path, hf: Path, config, args: argparse.Namespace
         return harness.Spread.of(rates[side]).median * flops_per_example / peak
 
     unit = "windows/s" if task.squad else "examples/s"
-    what = (f"SQuAD v1.1 windows ({SQUAD_MAX_LENGTH} tokens, stride {SQUAD_STRIDE})" if task.squad
-            else f"{task.name} ({len(setup.lengths)} examples, ≤ 512 tokens)")
+    what = (f"SQuAD v1.1 ({len(setup.lengths)} windows of ≤ {SQUAD_MAX_LENGTH} tokens, stride {SQUAD_STRIDE}"
+            if task.squad else f"{task.name} ({len(setup.lengths)} examples of ≤ 512 tokens")
+    what += f", mean {mean_length:.0f})"
     shape = f"{config.num_layers} x {config.hidden_size}"
     return [
         harness.compared(f"fine-tuning {what}, {shape}, batch {task.batch}: `roberta finetune` vs {name}", unit,
@@ -286,10 +290,9 @@ def compare(setup: Setup, ours: Path, hf: Path, config, args: argparse.Namespace
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--examples", default="SST-2=512,RTE=128,SQuAD=64",
-                   help="TASK=N training examples per run (SQuAD: questions); tasks SST-2, RTE, SQuAD "
-                        "(default SST-2=512,RTE=128,SQuAD=64)")
+                   help="TASK=N[:B],...: N training examples per run (SQuAD: questions), batch B (default: the "
+                        "task's recipe: SST-2 32, RTE 16, SQuAD 48); tasks SST-2, RTE, SQuAD (default SST-2=512,RTE=128,SQuAD=64)")
     p.add_argument("--shape", default="tiny", help="model: PRESET[:LAYERSxWIDTH], e.g. tiny, base, tiny:2x128 (default tiny)")
-    p.add_argument("--batch", type=int, help="examples per update for every task (default: the task's recipe)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
@@ -305,7 +308,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     ours, hf, config = models(args.shape, args.data, args.work)
     rows = []
-    for task in tasks(args.examples, args.batch):
+    for task in tasks(args.examples):
         setup = squad_setup(task, args.data, args.work) if task.squad else glue_setup(task, args.data, args.work)
         rows += compare(setup, ours, hf, config, args, peak)
     print(harness.format_table(rows))

@@ -40,7 +40,11 @@ class Spread:
         return cls(statistics.median(values), min(values), max(values))
 
     def __str__(self) -> str:
-        return f"{self.median:,.3g} ({self.low:,.3g}–{self.high:,.3g})"
+        return f"{_number(self.median)} ({_number(self.low)}–{_number(self.high)})"
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,15 @@ class Row:
     mfu: tuple[float | None, float | None] = (None, None)
     memory_goal: bool = False  # the issue also asks for peak RSS <= the baseline's
 
+    def goals(self) -> str:
+        wanted = [f"≥ {self.goal:g}x"] if self.goal else []
+        return " and ".join(wanted + (["RSS ≤ baseline"] if self.memory_goal else [])) or "—"
+
     def verdict(self) -> str:
-        if self.goal is None or self.ratios is None:
+        if self.ratios is None or (self.goal is None and not self.memory_goal):
             return "—"
         missed = []
-        if self.ratios.median < self.goal:
+        if self.goal is not None and self.ratios.median < self.goal:
             missed.append("speed")
         if self.memory_goal and None not in self.rss_mb and self.rss_mb[0] > self.rss_mb[1]:
             missed.append("memory")
@@ -94,6 +102,39 @@ def alternate(sides: dict[str, Callable[[], float]], slices: int) -> dict[str, l
     return results
 
 
+class PeakRss:
+    """A running process's peak RSS: its own VmHWM, polled every 50 ms until it exits or `stop()`.
+
+    Not a child's ru_maxrss: Linux carries the parent's high-water mark across fork and exec,
+    so a child of a large benchmark process would report the parent's peak.
+    """
+
+    def __init__(self, pid: int):
+        self._status = Path(f"/proc/{pid}/status")
+        self._kb = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            try:
+                hwm = next((int(line.split()[1]) for line in self._status.read_text().splitlines()
+                            if line.startswith("VmHWM:")), None)
+            except OSError:
+                return
+            if hwm is None:  # a zombie: the memory is gone, the last reading stands
+                return
+            self._kb = max(self._kb, hwm)
+            self._done.wait(0.05)
+
+    def stop(self) -> float:
+        """The peak in MB."""
+        self._done.set()
+        self._thread.join()
+        return self._kb / 1024
+
+
 @dataclass(frozen=True)
 class Measured:
     returncode: int
@@ -102,36 +143,12 @@ class Measured:
     peak_rss_mb: float
 
 
-def run_measured(argv: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Measured:
-    """Run a command to its end; its peak RSS is its own VmHWM, polled every 50 ms while it runs.
-
-    Not the child's ru_maxrss: Linux carries the parent's high-water mark across fork and exec,
-    so a child of a large benchmark process would report the parent's peak.
-    """
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak_kb = 0
-    done = threading.Event()
-
-    def poll() -> None:
-        nonlocal peak_kb
-        status = Path(f"/proc/{proc.pid}/status")
-        while not done.is_set():
-            try:
-                hwm = next((int(line.split()[1]) for line in status.read_text().splitlines()
-                            if line.startswith("VmHWM:")), None)
-            except OSError:
-                return
-            if hwm is None:  # a zombie: the memory is gone, the last reading stands
-                return
-            peak_kb = max(peak_kb, hwm)
-            done.wait(0.05)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+def run_measured(argv: Sequence[str], env: dict[str, str] | None = None) -> Measured:
+    """Run a command to its end, with its own peak RSS."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = PeakRss(proc.pid)
     stdout, stderr = proc.communicate()
-    done.set()
-    poller.join()
-    return Measured(proc.returncode, stdout, stderr, peak_kb / 1024)
+    return Measured(proc.returncode, stdout, stderr, peak.stop())
 
 
 def require_success(result: Measured, what: str) -> Measured:
@@ -196,7 +213,7 @@ def format_table(rows: Sequence[Row]) -> str:
         ratio = f"**{row.ratios.median:.2f}x** ({row.ratios.low:.2f}–{row.ratios.high:.2f})" if row.ratios else "—"
         lines.append(
             f"| {row.name} | {row.unit} | {row.ours or '—'} | {row.baseline or '—'} | {ratio} "
-            f"| {f'≥ {row.goal:g}x' if row.goal else '—'}{' and RSS ≤' if row.memory_goal else ''} "
+            f"| {row.goals()} "
             f"| {_pair(row.rss_mb, '{:,.0f}')} | {_pair(row.mfu, '{:.1%}')} | {row.verdict()} |"
         )
     return "\n".join(lines)

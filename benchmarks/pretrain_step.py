@@ -4,16 +4,17 @@ A step is forward + backward + AdamW update on one batch of --batch sequences of
 (books + wiki text, GPT-2 BPE: 50,265 ids, FULL-SENTENCES, 15% dynamic masking by our loader).
 Ours computes the loss as `roberta pretrain` does (`tasks.pretrain.mlm_loss`: vocabulary logits
 at the masked positions only); HF's `RobertaForMaskedLM` (SDPA attention) computes them at every
-position, labels -100 elsewhere. Same weights (ours exported with `convert.export_hf`), same
-batches in the same order, the same AdamW (`train.optim.build_optimizer`: betas 0.9/0.98, eps
-1e-6, weight decay 0.01 on matrices), same threads.
+position, labels -100 elsewhere. Same weights (one random init, saved as our checkpoint and
+exported with `convert.export_hf`; each side loads its file), the same batches in the same
+order, the same AdamW (`train.optim.build_optimizer`: betas 0.9/0.98, eps 1e-6, weight decay
+0.01 on matrices), the same threads.
 
-One process holds both models and alternates them: every slice runs --steps steps of each,
-the first side rotating; each side's first step is a warm-up and is not timed. What is timed:
-the steps, batches already in memory. Peak RSS is each side alone in a fresh process (this
-script with --memory): model built from the config, --memory-steps steps on the same batches.
-FLOPs for MFU: `harness.training_flops`, one formula for both sides (the LM head counted on the
-positions each side scores).
+This process alternates the two sides in slices of --steps steps, the first rotating. Each
+side lives in its own worker process (this script with --worker), idle while the other runs,
+so that its peak RSS (VmHWM over its whole life: loading, a warm-up step, every slice) is its
+own. What is timed, inside the worker: the steps, batches already in memory. The warm-up step
+is not timed. FLOPs for MFU: `harness.training_flops`, one formula for both sides (the LM head
+counted on the positions each side scores).
 
     .venv/bin/python benchmarks/pretrain_step.py --shapes tiny@128,base@128
     .venv/bin/python benchmarks/pretrain_step.py --shapes base@512 --slices 3 --steps 1
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,18 +34,19 @@ from pathlib import Path
 import torch
 
 import harness
-from time_to_quality import hf_model, model_config
+from time_to_quality import model_config
 
 from roberta.config import RobertaConfig
 from roberta.data.masking import IGNORE_INDEX
-from roberta.model import RobertaModel
 from roberta.tasks.pretrain import mlm_loss
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer
 
 GOALS = {"tiny@128": 2.5, "base@128": 1.5, "base@512": 1.3}  # from the issue: ours / HF tokens/s
+VOCAB = 50265  # the GPT-2 BPE with RoBERTa's dict.txt
 CORPUS_FILES = 2  # wiki files prepared for the batches (~2 MB, ~450K tokens: enough for any run here)
 PAD = 1
+PROBE = 2  # sequences of the first batch whose masked logits both sides report, to check the weights
 
 
 @dataclass(frozen=True)
@@ -53,15 +56,11 @@ class Shape:
     spec: str
 
     @property
-    def model(self) -> str:
-        return self.spec.partition("@")[0]
-
-    @property
     def seq_len(self) -> int:
         return int(self.spec.partition("@")[2] or 128)
 
-    def config(self, vocab_size: int) -> RobertaConfig:
-        return model_config(self.model, None, vocab_size, max(self.seq_len, 512))
+    def config(self) -> RobertaConfig:
+        return model_config(self.spec.partition("@")[0], None, VOCAB, max(self.seq_len, 512))
 
 
 def prepared_corpus(data: Path, work: Path) -> Path:
@@ -82,91 +81,114 @@ def batches(corpus: Path, seq_len: int, batch: int, count: int) -> list[dict]:
     return list(itertools.islice(iter(PretrainLoader(dataset)), count))
 
 
-def ours_step(model: RobertaModel, batch: dict) -> torch.Tensor:
+def ours_loss(model, batch: dict) -> torch.Tensor:
     masked = max(int(batch["labels"].ne(IGNORE_INDEX).sum()), 1)
     return mlm_loss(model, batch, nsp=False)["mlm"] / masked  # the trainer divides the summed loss so
 
 
-def hf_step(model, batch: dict) -> torch.Tensor:
+def hf_loss(model, batch: dict) -> torch.Tensor:
     tokens = batch["tokens"]
     return model(input_ids=tokens, attention_mask=tokens.ne(PAD).long(), labels=batch["labels"]).loss
 
 
-class Side:
-    """One contender: its model, its optimizer, and where it is in the shared list of batches."""
+def ours_probe(model, batch: dict) -> torch.Tensor:
+    return model.lm_logits(model(batch["tokens"]).last_hidden_state, batch["labels"].ne(IGNORE_INDEX))
 
-    def __init__(self, model: torch.nn.Module, loss, batches: list[dict]):
-        self.model, self.loss, self.batches = model.train(), loss, batches
-        self.optimizer = build_optimizer(self.model, OptimSection())
-        self.position = 0
 
-    def steps(self, count: int) -> float:
-        """Run `count` steps; tokens per second."""
+def hf_probe(model, batch: dict) -> torch.Tensor:
+    tokens = batch["tokens"]
+    return model(input_ids=tokens, attention_mask=tokens.ne(PAD).long()).logits[batch["labels"].ne(IGNORE_INDEX)]
+
+
+def worker(side: str, shape: Shape, args: argparse.Namespace, corpus: Path) -> None:
+    """The --worker child: load one side's model, save its probe logits, take a warm-up step,
+    then answer each line "N" on stdin with the tokens/s of N more steps."""
+    if side == "ours":
+        from roberta import checkpoint
+
+        model, loss, probe = checkpoint.load(args.models / "ours")[0], ours_loss, ours_probe
+    else:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        model, loss, probe = transformers.RobertaForMaskedLM.from_pretrained(args.models / "hf"), hf_loss, hf_probe
+    data = batches(corpus, shape.seq_len, args.batch, 1 + args.slices * args.steps)
+    with torch.no_grad():
+        torch.save(probe(model.eval(), {k: v[:PROBE] for k, v in data[0].items()}), args.models / f"{side}-probe.pt")
+    model.train()
+    optimizer = build_optimizer(model, OptimSection())
+    position = 0
+
+    def steps(count: int) -> float:
+        nonlocal position
         tokens, started = 0, time.perf_counter()
-        for _ in range(count):
-            batch = self.batches[self.position]
-            self.position += 1
-            self.loss(self.model, batch).backward()
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+        for batch in data[position : position + count]:
+            loss(model, batch).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
             tokens += int(batch["tokens"].ne(PAD).sum())
+        position += count
         return tokens / (time.perf_counter() - started)
 
-
-def same_weights_check(ours: RobertaModel, hf, batch: dict) -> float:
-    """Largest difference of the masked positions' logits (eval mode, two sequences)."""
-    few = {k: v[:2] for k, v in batch.items()}
-    selected = few["labels"].ne(IGNORE_INDEX)
-    ours.eval(), hf.eval()
-    with torch.no_grad():
-        mine = ours.lm_logits(ours(few["tokens"]).last_hidden_state, selected)
-        theirs = hf(input_ids=few["tokens"], attention_mask=few["tokens"].ne(PAD).long()).logits[selected]
-    ours.train(), hf.train()
-    return float((mine - theirs).abs().max())
+    steps(1)  # warm-up: allocator, optimizer state, thread pools
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(steps(int(line)), flush=True)
 
 
-def measure_memory(shape: Shape, args: argparse.Namespace) -> tuple[float, float]:
-    """(ours, HF) peak RSS in MB, each side alone in a fresh process."""
-    peaks = []
-    for side in ("ours", "hf"):
-        argv = [sys.executable, __file__, "--memory", side, "--shapes", shape.spec, "--batch", str(args.batch),
-                "--memory-steps", str(args.memory_steps), "--threads", str(args.threads), "--work", str(args.work),
-                "--data", str(args.data)]
-        result = harness.require_success(harness.run_measured(argv, harness.thread_env(args.threads)), f"{side} memory run")
-        peaks.append(result.peak_rss_mb)
-    return peaks[0], peaks[1]
+class Worker:
+    """The parent's handle on one --worker process, and its peak RSS."""
 
+    def __init__(self, side: str, shape: Shape, args: argparse.Namespace):
+        argv = [sys.executable, __file__, "--worker", side, "--models", str(args.models), "--shapes", shape.spec,
+                "--batch", str(args.batch), "--slices", str(args.slices), "--steps", str(args.steps),
+                "--threads", str(args.threads), "--data", str(args.data), "--work", str(args.work)]
+        self.side = side
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=harness.thread_env(args.threads))
+        self.peak = harness.PeakRss(self.proc.pid)
+        self._answer()  # "ready": loaded and warmed up
 
-def memory_run(side: str, shape: Shape, args: argparse.Namespace, corpus: Path) -> None:
-    """The --memory child: one side's model from the config, trained a few steps, nothing else."""
-    config = shape.config(50265)
-    data = batches(corpus, shape.seq_len, args.batch, args.memory_steps)
-    torch.manual_seed(0)
-    model = RobertaModel(config) if side == "ours" else hf_model(config)
-    Side(model, ours_step if side == "ours" else hf_step, data).steps(args.memory_steps)
+    def steps(self, count: int) -> float:
+        self.proc.stdin.write(f"{count}\n")
+        self.proc.stdin.flush()
+        return float(self._answer())
+
+    def close(self) -> float:
+        """Peak RSS in MB, once the worker has exited."""
+        self.proc.stdin.close()
+        if self.proc.wait() != 0:
+            raise SystemExit(f"{self.side} worker failed (exit {self.proc.returncode})")
+        return self.peak.stop()
+
+    def _answer(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{self.side} worker stopped (exit {self.proc.wait()}); its error is above")
+        return line.strip()
 
 
 def compare(shape: Shape, args: argparse.Namespace, corpus: Path, peak: float) -> harness.Row:
-    config = shape.config(50265)
+    from roberta import checkpoint
+    from roberta.convert import export_hf
+    from roberta.model import RobertaModel
+
+    config = shape.config()
     print(f"{shape.spec}: {config.num_layers} x {config.hidden_size}, batch {args.batch} x {shape.seq_len}", flush=True)
-    data = batches(corpus, shape.seq_len, args.batch, 1 + args.slices * args.steps)
-    torch.manual_seed(0)
-    ours = RobertaModel(config)
-    import transformers
-
     with tempfile.TemporaryDirectory(prefix="pretrain-step-") as tmp:
-        from roberta.convert import export_hf
+        args.models = Path(tmp)
+        torch.manual_seed(0)
+        model = RobertaModel(config)
+        checkpoint.save(args.models / "ours", model)
+        export_hf(args.models / "hf", model)
+        del model
+        workers = {"ours": Worker("ours", shape, args), "HF": Worker("hf", shape, args)}
+        difference = (torch.load(args.models / "ours-probe.pt") - torch.load(args.models / "hf-probe.pt")).abs().max()
+        print(f"  same weights: largest masked-logit difference {difference:.2e}", flush=True)
+        rates = harness.alternate({name: lambda w=w: w.steps(args.steps) for name, w in workers.items()}, args.slices)
+        rss = (workers["ours"].close(), workers["HF"].close())
 
-        export_hf(Path(tmp) / "hf", ours)
-        hf = transformers.RobertaForMaskedLM.from_pretrained(Path(tmp) / "hf")
-    print(f"  same weights: largest masked-logit difference {same_weights_check(ours, hf, data[0]):.2e}", flush=True)
-    sides = {"ours": Side(ours, ours_step, data), "HF": Side(hf, hf_step, data)}
-    for side in sides.values():
-        side.steps(1)  # warm-up: allocator, optimizer state, thread pools
-    rates = harness.alternate({name: lambda s=s: s.steps(args.steps) for name, s in sides.items()}, args.slices)
-    del sides, ours, hf
-
-    timed = data[1:]
+    timed = batches(corpus, shape.seq_len, args.batch, 1 + args.slices * args.steps)[1:]
     tokens = sum(int(b["tokens"].ne(PAD).sum()) for b in timed)
     masked = sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in timed)
     per_token = {
@@ -174,9 +196,8 @@ def compare(shape: Shape, args: argparse.Namespace, corpus: Path, peak: float) -
         "HF": harness.training_flops(config, shape.seq_len, tokens, lm_scored=tokens) / tokens,
     }
     mfu = tuple(harness.Spread.of(rates[n]).median * per_token[n] / peak for n in ("ours", "HF"))
-    rss = measure_memory(shape, args)
     name = (f"pretraining step (fwd + bwd + AdamW), {config.num_layers} x {config.hidden_size}, "
-            f"batch {args.batch} x {shape.seq_len}, vocab 50,265 vs HF RobertaForMaskedLM")
+            f"batch {args.batch} x {shape.seq_len}, vocab 50,265: ours vs HF RobertaForMaskedLM")
     return harness.compared(name, "tokens/s", rates["ours"], rates["HF"], goal=GOALS.get(shape.spec),
                             rss_mb=rss, mfu=mfu, memory_goal=True)
 
@@ -186,20 +207,20 @@ def main() -> None:
     p.add_argument("--shapes", default="tiny@128,base@128", help="comma-separated PRESET[:LxW]@SEQ (default tiny@128,base@128)")
     p.add_argument("--batch", type=int, default=16, help="sequences per step (default 16)")
     p.add_argument("--slices", type=int, default=3, help="alternation slices (default 3)")
-    p.add_argument("--steps", type=int, default=2, help="steps of each side per slice (default 2)")
-    p.add_argument("--memory-steps", type=int, default=3, help="steps of the peak-RSS runs (default 3)")
+    p.add_argument("--steps", type=int, default=1, help="steps of each side per slice (default 1)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
     p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="cache: the prepared corpus")
     p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
-    p.add_argument("--memory", choices=["ours", "hf"], help=argparse.SUPPRESS)  # the peak-RSS child
+    p.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)  # one side's process
+    p.add_argument("--models", type=Path, help=argparse.SUPPRESS)  # the worker's model files
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     shapes = [Shape(s) for s in args.shapes.split(",")]
     corpus = prepared_corpus(args.data, args.work)
-    if args.memory:
-        memory_run(args.memory, shapes[0], args, corpus)
+    if args.worker:
+        worker(args.worker, shapes[0], args, corpus)
         return
     peak = args.peak_gflops * 1e9 if args.peak_gflops else harness.peak_matmul_flops(args.threads)
     rows = [compare(shape, args, corpus, peak) for shape in shapes]
