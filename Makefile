@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast install clean bench bench-full
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,6 +24,19 @@ test: $(BIN)/.installed
 # The suite without the end-to-end runs (`slow`): a minute or two, for the edit-test loop.
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# `make bench` (<= 15 minutes on a quiet 2-core CPU) and `make bench-full` rewrite the table at the
+# top of benchmarks/RESULTS.md. They add the bench extra (HF Trainer baselines); the torch pin is
+# given again so that resolving the extras can never replace the torch installed above.
+$(BIN)/.bench-installed: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install --quiet $(TORCH) -e '.[test,bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
+	$(BIN)/python benchmarks/bench.py
+
+bench-full: $(BIN)/.bench-installed
+	$(BIN)/python benchmarks/bench.py --full
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
