@@ -74,10 +74,12 @@ def embed_rows(output: str) -> list[Row]:
                 goal=1.5)]
 
 
-# Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU: base@128 is ~100 s for one
-# step of each side there, so it gets 2 slices after its warm-up; fine-tuning runs cost ~7 s of
-# start-up each besides training, so 2 repeats of short runs. `full` adds the big rows, more
-# slices and the base shape for fine-tuning. `smoke` runs every row at minimal sizes.
+# Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU: one base@128 step of each
+# side takes ~1 to 1.5 minutes there, so that row gets 2 slices; a fine-tuning run costs several
+# seconds of start-up besides training, so 2 repeats of short runs; prepare is sampled at 16 MB
+# because below that its process start-up dominates. `full` adds base@512, more slices and
+# repeats, the base shape for fine-tuning and the existing scripts' documented sizes. `smoke`
+# runs every row at minimal sizes.
 PLANS: dict[str, list[Job]] = {
     "smoke": [
         Job("pretrain", "pretrain_step.py", ("--shapes", "tiny:2x128@64", "--batch", "4", "--slices", "2")),
@@ -92,9 +94,9 @@ PLANS: dict[str, list[Job]] = {
         Job("pretrain-base", "pretrain_step.py", ("--shapes", "base@128", "--slices", "2")),
         Job("finetune", "finetune_throughput.py", ("--examples", "SST-2=128,RTE=32,SQuAD=16:16", "--shape", "tiny",
                                                    "--repeats", "2")),
-        Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=8),
+        Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=16),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "5", "--repeats", "2"), tokenizer_rows),
-        Job("embed", "embed_throughput.py", ("--paragraphs", "24", "--slices", "3", "--hf-batch-sizes", "8"), embed_rows),
+        Job("embed", "embed_throughput.py", ("--paragraphs", "18", "--slices", "3", "--hf-batch-sizes", "8"), embed_rows),
     ],
     "full": [
         Job("pretrain-tiny", "pretrain_step.py", ("--shapes", "tiny@128", "--slices", "5", "--steps", "2")),
@@ -113,7 +115,7 @@ NOTES = """\
 What each row times (details: each script's `--help`):
 - **Pretraining step**: one run alternates the two sides in slices, the first rotating; each
   side lives in its own worker process (idle while the other runs), so its peak RSS is its own:
-  loading, a warm-up step (not timed) and every slice. The same weights (one random init, our
+  loading, a warm-up update on two sequences (not timed) and every slice. The same weights (one random init, our
   checkpoint and its `convert.export_hf` export), batches and AdamW (0.9, 0.98, 1e-6, wd 0.01).
   Timed: forward + backward + AdamW update on batches already in memory (books + wiki, GPT-2
   BPE, 15% dynamic masking by our loader). Ours scores the vocabulary at the masked positions

@@ -11,10 +11,10 @@ order, the same AdamW (`train.optim.build_optimizer`: betas 0.9/0.98, eps 1e-6, 
 
 This process alternates the two sides in slices of --steps steps, the first rotating. Each
 side lives in its own worker process (this script with --worker), idle while the other runs,
-so that its peak RSS (VmHWM over its whole life: loading, a warm-up step, every slice) is its
-own. What is timed, inside the worker: the steps, batches already in memory. The warm-up step
-is not timed. FLOPs for MFU: `harness.training_flops`, one formula for both sides (the LM head
-counted on the positions each side scores).
+so that its peak RSS (VmHWM over its whole life: loading, warm-up, every slice) is its
+own. What is timed, inside the worker: the steps, batches already in memory; a warm-up update
+on two sequences is not. FLOPs for MFU: `harness.training_flops`, one formula for both sides
+(the LM head counted on the positions each side scores).
 
     .venv/bin/python benchmarks/pretrain_step.py --shapes tiny@128,base@128
     .venv/bin/python benchmarks/pretrain_step.py --shapes base@512 --slices 3 --steps 1
@@ -117,23 +117,27 @@ def worker(side: str, shape: Shape, args: argparse.Namespace, corpus: Path) -> N
         torch.save(probe(model.eval(), {k: v[:PROBE] for k, v in data[0].items()}), args.models / f"{side}-probe.pt")
     model.train()
     optimizer = build_optimizer(model, OptimSection())
-    position = 0
 
-    def steps(count: int) -> float:
-        nonlocal position
-        tokens, started = 0, time.perf_counter()
-        for batch in data[position : position + count]:
-            loss(model, batch).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            tokens += int(batch["tokens"].ne(PAD).sum())
-        position += count
-        return tokens / (time.perf_counter() - started)
+    def update(batch: dict) -> None:
+        loss(model, batch).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
-    steps(1)  # warm-up: allocator, optimizer state, thread pools
+    # Warm-up, not timed: the optimizer state and the thread pools, on PROBE sequences only (a
+    # full step costs ~1 minute per side at base@128 on 2 cores). A full-size warm-up would not
+    # last: large activation buffers go back to the system after each step. Measured (ours,
+    # tiny@128, 2 threads): the first full step after this took 12.8 s with 263K page faults,
+    # the next three 12.5-13.0 s with 122K-165K each.
+    update({k: v[:PROBE] for k, v in data[0].items()})
     print("ready", flush=True)
+    position = 1
     for line in sys.stdin:
-        print(steps(int(line)), flush=True)
+        count, started = int(line), time.perf_counter()
+        for batch in data[position : position + count]:
+            update(batch)
+        tokens = sum(int(b["tokens"].ne(PAD).sum()) for b in data[position : position + count])
+        position += count
+        print(tokens / (time.perf_counter() - started), flush=True)
 
 
 class Worker:
