@@ -74,12 +74,13 @@ def embed_rows(output: str) -> list[Row]:
                 goal=1.5)]
 
 
-# Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU: one base@128 step of each
-# side takes ~1 to 1.5 minutes there, so that row gets 2 slices; a fine-tuning run costs several
-# seconds of start-up besides training, so 2 repeats of short runs; prepare is sampled at 16 MB
-# because below that its process start-up dominates. `full` adds base@512, more slices and
-# repeats, the base shape for fine-tuning and the existing scripts' documented sizes. `smoke`
-# runs every row at minimal sizes.
+# Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU. Measured on this host while
+# others loaded it (load average 3-4), `bench` took: pretrain-tiny ~3.5 min (a slice ~1 min),
+# pretrain-base ~8.5 min (workers ready ~70 s, a slice ~3.7 min), finetune ~10.5 min (runs of
+# 35-50 s, 15-20 s of them start-up, tokenization, dev evaluation and checkpoints), the other
+# three ~2.5 min: ~25 minutes, so ~13-16 on a quiet host. If it runs over, base@128 is the row
+# to move to `full`. `full` adds base@512, more slices and repeats, the base shape for
+# fine-tuning and the existing scripts' documented sizes. `smoke` runs every row at minimal sizes.
 PLANS: dict[str, list[Job]] = {
     "smoke": [
         Job("pretrain", "pretrain_step.py", ("--shapes", "tiny:2x128@64", "--batch", "4", "--slices", "2")),
@@ -92,11 +93,11 @@ PLANS: dict[str, list[Job]] = {
     "bench": [
         Job("pretrain-tiny", "pretrain_step.py", ("--shapes", "tiny@128", "--slices", "3")),
         Job("pretrain-base", "pretrain_step.py", ("--shapes", "base@128", "--slices", "2")),
-        Job("finetune", "finetune_throughput.py", ("--examples", "SST-2=128,RTE=32,SQuAD=16:16", "--shape", "tiny",
+        Job("finetune", "finetune_throughput.py", ("--examples", "SST-2=96,RTE=32,SQuAD=16:16", "--shape", "tiny",
                                                    "--repeats", "2")),
         Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=16),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "5", "--repeats", "2"), tokenizer_rows),
-        Job("embed", "embed_throughput.py", ("--paragraphs", "18", "--slices", "3", "--hf-batch-sizes", "8"), embed_rows),
+        Job("embed", "embed_throughput.py", ("--paragraphs", "12", "--slices", "3", "--hf-batch-sizes", "8"), embed_rows),
     ],
     "full": [
         Job("pretrain-tiny", "pretrain_step.py", ("--shapes", "tiny@128", "--slices", "5", "--steps", "2")),
@@ -133,7 +134,10 @@ What each row times (details: each script's `--help`):
   real tokens only) over the fp32 matmul peak measured at the start of the run.
 - **prepare, tokenization, embed**: the headline of `prepare_throughput.py`, `tokenizer_speed.py`
   and `embed_throughput.py` at the sizes in `benchmarks/bench.py` (one measurement, or the
-  embed script's slices); their full tables and method stay in their sections below.
+  embed script's slices); their full tables and method stay in their sections below. At
+  `make bench` sizes they are dominated by start-up and a handful of batches (embed: 12
+  paragraphs, where length-sorted batching has little to sort); `make bench-full` runs them at
+  their documented sizes.
 """
 
 
