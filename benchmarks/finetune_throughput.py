@@ -17,11 +17,12 @@ the first rotating, --repeats times; each reports its training time and its own 
                loading or tokenization; no evaluation, no saving.
 
 Both: the same random-init model (ours saved as a checkpoint and exported with
-`convert.export_hf`; each side adds a new head), the same batch (the task's recipe unless given), max length 512 (SQuAD: our
-windows of 384 tokens, stride 128, handed to HF as they are), AdamW betas 0.9/0.98, eps 1e-6,
-weight decay 0.1, linear schedule with 6% warmup, no gradient clipping (HF's max_grad_norm=0;
-HF keeps its default fused AdamW), the task's learning rate, seed 1, the same threads.
-examples/s = training examples (SQuAD: windows) / training time. MFU counts real tokens only.
+`convert.export_hf`; each side adds a new head), the same batch (the task's recipe unless
+given), max length 512 (SQuAD: our windows of 384 tokens, stride 128, handed to HF as they
+are), fused AdamW (each side's default) with betas 0.9/0.98, eps 1e-6, weight decay 0.1, a
+linear schedule with 6% warmup, no gradient clipping (HF's max_grad_norm=0), the task's
+learning rate, seed 1, the same threads. examples/s = training examples (SQuAD: windows) /
+training time. MFU counts real tokens only.
 
     .venv/bin/python benchmarks/finetune_throughput.py --examples SST-2=512,RTE=128,SQuAD=64
     .venv/bin/python benchmarks/finetune_throughput.py --examples SST-2=128,RTE=32,SQuAD=16:16 --repeats 2
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import harness
+
+from roberta.config import RobertaConfig
 
 HF_DEFAULT, HF_GROUPED = "HF Trainer", "HF Trainer, group_by_length"
 GOALS = {HF_DEFAULT: 2.0, HF_GROUPED: 1.2, "SQuAD": 1.3}  # from the issues: ours / HF examples/s
@@ -86,7 +89,7 @@ def tasks(sizes: str) -> list[Task]:
     return found
 
 
-def models(shape: str, data: Path, work: Path) -> tuple[Path, Path, object]:
+def models(shape: str, data: Path, work: Path) -> tuple[Path, Path, RobertaConfig]:
     """Our checkpoint and its HF export (same weights, the GPT-2 BPE), and the config."""
     import torch
     from time_to_quality import model_config
@@ -259,7 +262,8 @@ class Sides:
         return result.stdout
 
 
-def compare(setup: Setup, ours: Path, hf: Path, config, args: argparse.Namespace, peak: float) -> list[harness.Row]:
+def compare(setup: Setup, ours: Path, hf: Path, config: RobertaConfig, args: argparse.Namespace,
+            peak: float) -> list[harness.Row]:
     task = setup.task
     baselines = [HF_DEFAULT] if task.squad else [HF_DEFAULT, HF_GROUPED]
     mean_length = statistics.mean(setup.lengths)

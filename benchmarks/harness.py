@@ -20,6 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from roberta.config import RobertaConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -160,7 +164,7 @@ def require_success(result: Measured, what: str) -> Measured:
 def thread_env(threads: int) -> dict[str, str]:
     """The environment for a measured subprocess: both sides get the same thread count."""
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
+            "TRANSFORMERS_VERBOSITY": "error"}
 
 
 def peak_matmul_flops(threads: int) -> float:
@@ -174,7 +178,7 @@ def peak_matmul_flops(threads: int) -> float:
     return measured_matmul_flops(size=2048, trials=3)
 
 
-def training_flops(config, seq_len: int, tokens: int, lm_scored: int = 0) -> float:
+def training_flops(config: RobertaConfig, seq_len: int, tokens: int, lm_scored: int = 0) -> float:
     """Training FLOPs (forward + backward) for `tokens` tokens in sequences of `seq_len`, counted
     the same way for every side: 6 x non-embedding parameters x tokens, attention scores, and the
     LM head over the `lm_scored` positions that side computes vocabulary logits for (ours: the
