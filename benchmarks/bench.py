@@ -116,19 +116,19 @@ NOTES = """\
 What each row times (details: each script's `--help`):
 - **Pretraining step**: one run alternates the two sides in slices, the first rotating; each
   side lives in its own worker process (idle while the other runs), so its peak RSS is its own:
-  loading, a warm-up update on two sequences (not timed) and every slice. The same weights (one random init, our
-  checkpoint and its `convert.export_hf` export), batches and AdamW (0.9, 0.98, 1e-6, wd 0.01).
-  Timed: forward + backward + AdamW update on batches already in memory (books + wiki, GPT-2
-  BPE, 15% dynamic masking by our loader). Ours scores the vocabulary at the masked positions
-  only (`tasks.pretrain.mlm_loss`), HF at every position.
+  loading, a warm-up update on two sequences (not timed) and every slice. The same weights (one
+  random init, our checkpoint and its `convert.export_hf` export), batches and fused AdamW
+  (0.9, 0.98, 1e-6, wd 0.01). Timed: forward + backward + AdamW update on batches already in
+  memory (books + wiki, GPT-2 BPE, 15% dynamic masking by our loader). Ours scores the
+  vocabulary at the masked positions only (`tasks.pretrain.mlm_loss`), HF at every position.
 - **Fine-tuning**: a slice is one whole one-epoch run of each side on the same training subset,
   each in its own process, the first rotating. Ours: `roberta finetune glue|squad`, timed by its
   trainer's clock (real tokens / the tokens_per_s it logs: batch building, forward, backward,
   update; not start-up, tokenization, the dev evaluation or checkpoints). HF: `Trainer`, timed by
   `train_runtime` (the training loop; not model loading or tokenization), dynamic padding with
   random order (its default) or `group_by_length`. Random-init weights, the same on both sides;
-  the same batch, max length, AdamW (0.9, 0.98, 1e-6, wd 0.1), linear schedule with 6% warmup, no
-  clipping. Peak RSS: the largest of each side's processes (the whole process, imports included).
+  the same batch, max length, fused AdamW (0.9, 0.98, 1e-6, wd 0.1), linear schedule with 6%
+  warmup, no clipping. Peak RSS: the largest of each side's processes (the whole process, imports included).
 - **MFU**: FLOPs by one formula for both sides (`harness.training_flops`: 6 x non-embedding
   parameters x tokens + attention + the LM head over the positions that side scores; fine-tuning:
   real tokens only) over the fp32 matmul peak measured at the start of the run.
