@@ -140,12 +140,14 @@ def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, shared_data, tmp_
     model, tok = checkpoint.load(micro)
     export_hf(tmp_path / "hf", model, tok)
     export_fairseq(tmp_path / "fairseq", model, tok)
-    steps = ["--train.max_steps=2", "--train.epochs=0", "--train.eval_every=2", "--train.checkpoint_every=2"]
+    # --train.max_steps replaces the recipe's 10 epochs (no --train.epochs=0 needed).
+    steps = ["--train.max_steps=2", "--train.eval_every=2", "--train.checkpoint_every=2"]
     for init in (tmp_path / "hf", tmp_path / "fairseq" / "model.pt"):
         out = tmp_path / f"run-{init.name}"
         assert main(["finetune", "glue", "--task", "SST-2", "--data", str(sst128), "--init", str(init),
                      "--out", str(out), *steps]) == 0
         assert (out / "best" / "config.json").is_file()
+        assert [e["step"] for e in json.loads((out / "results.json").read_text())["evaluations"]] == [2]
     # STS-B from the SST-2 model's body with a new one-output head (regression, MSE).
     stsb = tmp_path / "STS-B"
     stsb.mkdir()
@@ -177,7 +179,7 @@ def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
     (tmp_path / "train.csv").write_text("text,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
     args = ["finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"),
             "--text-column", "text", "--label-column", "sentiment", "--init", str(micro), "--out", str(tmp_path / "run"),
-            "--seeds", "2", "--train.max_steps=3", "--train.epochs=0", "--train.eval_every=3", "--train.checkpoint_every=3"]
+            "--seeds", "2", "--train.max_steps=3", "--train.eval_every=3", "--train.checkpoint_every=3"]
     assert main(args) == 0
     summary = json.loads((tmp_path / "run" / "results.json").read_text())
     cell = next(iter(summary["cells"].values()))

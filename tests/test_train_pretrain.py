@@ -1,6 +1,7 @@
 """`roberta pretrain` end to end on a small prepared corpus: outputs, resume, init-from, NSP, errors."""
 
 import json
+import shutil
 
 import pytest
 
@@ -96,3 +97,21 @@ def test_a_refused_command_leaves_the_run_as_it_was(corpus, tmp_path, capsys):
     assert pretrain(corpus, run, "--train.max_steps=4", "--resume") == 0
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 3, 4, 4]
+
+
+def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, capsys):
+    """`prepare` keeps the tokenizer in the corpus, so `pretrain` without --tokenizer saves usable
+    checkpoints; a corpus without one still trains, with a one-line warning."""
+    assert (corpus / "corpus" / "tokenizer").is_dir()
+    assert main(["pretrain", "--data", str(corpus / "corpus"), "--out", str(tmp_path / "run"), *MICRO,
+                 "--train.max_steps=3"]) == 0
+    _, saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "step-00000003")
+    assert saved is not None and saved.fingerprint() == json.loads((corpus / "corpus" / "meta.json").read_text())["tokenizer"]["fingerprint"]
+    capsys.readouterr()
+
+    bare = tmp_path / "bare"
+    shutil.copytree(corpus / "corpus", bare, ignore=shutil.ignore_patterns("tokenizer"))
+    assert main(["pretrain", "--data", str(bare), "--out", str(tmp_path / "bare-run"), *MICRO, "--train.max_steps=3"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("roberta: warning:")]
+    assert len(warnings) == 1 and "no tokenizer in or beside the corpus" in warnings[0]
+    assert checkpoint.load(tmp_path / "bare-run" / "checkpoints" / "step-00000003")[1] is None

@@ -9,6 +9,7 @@ import torch
 import train_fixtures
 from roberta import RobertaConfig, RobertaModel, UserError
 from roberta.train.run_state import list_checkpoints
+from roberta.tasks.finetune import load_finetune_job
 from roberta.tasks.pretrain import load_pretrain_job
 from roberta.train.config import JobConfig, ScheduleSection, apply_override, budget, scaled
 from roberta.train.optim import learning_rate, parameter_groups
@@ -157,3 +158,14 @@ def test_run_writes_metrics_curves_tensorboard_and_learns(tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000008", "step-00000012"]  # keep_last=2
     assert result.checkpoint == tmp_path / "checkpoints" / "step-00000012"
     assert result.valid["loss"] == valid[-1]["loss"]
+
+
+def test_a_step_budget_given_replaces_the_recipes_epochs(tmp_path):
+    assert load_finetune_job(None, [], lr=1e-5, batch_size=16).train.epochs == 10
+    steps = load_finetune_job(None, ["--train.max_steps=40"], lr=1e-5, batch_size=16).train
+    assert (steps.epochs, steps.max_steps) == (0, 40)
+    both = load_finetune_job(None, ["--train.max_steps=40", "--train.epochs=2"], lr=1e-5, batch_size=16).train
+    assert both.epochs == 2
+    (tmp_path / "job.toml").write_text("[train]\nmax_steps = 7\n")
+    assert load_finetune_job(tmp_path / "job.toml", [], lr=1e-5, batch_size=16).train.epochs == 0
+

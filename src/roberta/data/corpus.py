@@ -5,6 +5,8 @@ A prepared corpus is a directory written by `roberta prepare` (see `roberta.data
     meta.json                   format, tokenizer (fingerprint, vocab size, special ids), dtype,
                                 options, input files and per-split, per-shard counts
     word_starts.npy             bool[vocab_size]: the token begins a word (for whole-word masking)
+    tokenizer/                  the tokenizer's files, as loaded: `roberta pretrain` saves them into
+                                every checkpoint, so the corpus alone makes usable checkpoints
     {split}-{k:05d}.bin         the tokens of shard k, raw uint16 (vocab <= 65536) or uint32,
                                 sentences back to back, no special tokens
     {split}-{k:05d}.sentences.npy   int64[n_sentences + 1]: token offsets of sentence starts in the shard

@@ -383,6 +383,7 @@ def _finish(partial: Path, params: dict, state: Progress, tokenizer) -> None:
             raise UserError(f"{inputs}: all {found} documents went to the validation split; lower --valid-fraction")
         raise UserError(f"{inputs}: empty corpus (no non-blank lines)")
     np.save(partial / layout.WORD_STARTS, word_start_table(tokenizer))
+    tokenizer.save(partial / "tokenizer")
     meta = {
         "format": layout.FORMAT,
         "format_version": layout.FORMAT_VERSION,

@@ -14,6 +14,7 @@ calls the same function; each reads its own shard of the data.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,8 +141,9 @@ def pretrain(
 ) -> TrainResult:
     """Pretrain from scratch (or from `init_from`: ours, HF or fairseq) on the corpus at `data`.
 
-    The tokenizer (saved into every checkpoint) is `tokenizer`, or the one in `data` or beside
-    it if the corpus directory holds one; without any, checkpoints hold the model only.
+    The tokenizer (saved into every checkpoint) is `tokenizer`, or the one `prepare` saved in
+    `data`, or one beside it; without any (a corpus from elsewhere), checkpoints hold the model
+    only, with a warning: fill-mask and fine-tuning need a tokenizer beside the weights.
     """
     job = scaled(job)
     out = Path(out)
@@ -151,6 +153,9 @@ def pretrain(
     tok = _find_tokenizer(Path(data), tokenizer)
     if tok is not None:
         check_tokenizer(data, tok)
+    else:
+        warnings.warn(f"{data}: no tokenizer in or beside the corpus, so checkpoints will hold the model only "
+                      "(pass --tokenizer DIR to save it with them)", stacklevel=2)
     micro_batch_size, _ = batch_plan(job, placement.world_size)
 
     torch.manual_seed(job.train.seed)  # every rank builds the same initial weights

@@ -131,7 +131,9 @@ def load_job_config(
     """Read a TOML job file (or start from defaults) and apply `--section.key=value` overrides.
 
     `data` is the task's [data] section with its defaults; `defaults` are overrides a task
-    applies before the file (its own recipe), so the file and the command line still win.
+    applies before the file (its own recipe), so the file and the command line still win. A step
+    budget given in the file or on the command line (`train.max_steps`) replaces a recipe's epoch
+    budget, unless `train.epochs` is given there too.
     """
     values: dict[str, dict] = {}
     lines: list[str] = []
@@ -155,14 +157,19 @@ def load_job_config(
     job = JobConfig(data=data)
     for item in defaults:
         job = apply_override(job, item)
+    given: set[str] = set()  # keys set by the file or the command line
     for section, table in values.items():
         if not isinstance(table, dict):
             raise UserError(f"{source}:{_line_of(lines, section)}: {section!r} is not a [section]")
         for key, value in table.items():
             where = f"{source}:{_line_of(lines, key)}"
             job = _set(job, f"{section}.{key}", value, where)
+            given.add(f"{section}.{key}")
     for item in overrides:
         job = apply_override(job, item)
+        given.add(item.strip().lstrip("-").partition("=")[0])
+    if "train.max_steps" in given and "train.epochs" not in given:
+        job = dataclasses.replace(job, train=dataclasses.replace(job.train, epochs=0.0))
     return job
 
 
