@@ -220,11 +220,8 @@ def hf_run(spec: dict) -> None:
                    for ids, mask, label in zip(encoded["input_ids"], encoded["attention_mask"], labels)]
         model = transformers.AutoModelForSequenceClassification.from_pretrained(spec["hf_dir"], num_labels=len(task.labels))
     args = TrainingArguments(
-        output_dir=spec["out"], per_device_train_batch_size=spec["batch"], num_train_epochs=1,
-        learning_rate=spec["lr"], weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6,
-        lr_scheduler_type="linear", warmup_steps=0.06, max_grad_norm=0.0, train_sampling_strategy=spec["strategy"],
-        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True,
-        use_cpu=True, seed=1,
+        output_dir=spec["out"], **harness.hf_trainer_recipe(spec["lr"], spec["batch"], seed=1), num_train_epochs=1,
+        train_sampling_strategy=spec["strategy"], eval_strategy="no",
     )
     trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer),
                       processing_class=tokenizer)

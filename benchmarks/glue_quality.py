@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from harness import hf_trainer_recipe
 from roberta.tasks.classify import label_ids
 from roberta.tasks.glue import GlueTask, get_task, read_split
 
@@ -118,13 +119,10 @@ def run_hf(task_name: str, hf_dir: Path, work: Path, args: argparse.Namespace) -
         set_seed(seed)  # the new head's initial weights
         model = AutoModelForSequenceClassification.from_pretrained(hf_dir, num_labels=task.num_classes)
         training = TrainingArguments(
-            output_dir=str(work / "hf-trainer"), learning_rate=args.lr, per_device_train_batch_size=args.batch,
-            per_device_eval_batch_size=args.batch, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98,
-            adam_epsilon=1e-6, max_grad_norm=0.0, lr_scheduler_type="linear", warmup_steps=0.06,
-            num_train_epochs=epochs or 1, max_steps=steps or -1,
+            output_dir=str(work / "hf-trainer"), **hf_trainer_recipe(args.lr, args.batch, seed),
+            per_device_eval_batch_size=args.batch, num_train_epochs=epochs or 1, max_steps=steps or -1,
             eval_strategy="steps" if steps else "epoch", eval_steps=steps // 4 if steps else None,
-            save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True,
-            seed=seed, data_seed=seed, train_sampling_strategy="group_by_length",
+            data_seed=seed, train_sampling_strategy="group_by_length",
         )
         trainer = Trainer(model=model, args=training, train_dataset=train, eval_dataset=dev,
                           data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)

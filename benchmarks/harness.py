@@ -188,6 +188,17 @@ def training_flops(config: RobertaConfig, seq_len: int, tokens: int, lm_scored: 
     return training_flops_per_token(config, seq_len, head_tokens=lm_scored / tokens) * tokens
 
 
+def hf_trainer_recipe(lr: float, batch: int, seed: int) -> dict:
+    """HF `TrainingArguments` for the recipe `roberta finetune` runs by default (AdamW 0.9/0.98,
+    eps 1e-6, weight decay 0.1, no clipping, 6% warmup then linear decay), on CPU, saving and
+    logging nothing: what every HF Trainer baseline here shares."""
+    return dict(
+        learning_rate=lr, per_device_train_batch_size=batch, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98,
+        adam_epsilon=1e-6, max_grad_norm=0.0, lr_scheduler_type="linear", warmup_steps=0.06, save_strategy="no",
+        logging_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=seed,
+    )
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     with open("/proc/cpuinfo") as f:
