@@ -21,7 +21,7 @@ MICRO = [
     "--train.eval_every=6", "--train.eval_batches=2", "--train.checkpoint_every=3", "--train.device=cpu",
     "--train.peak_tflops=0.1", "--schedule.warmup_steps=2", "--optim.lr=1e-3",
 ]
-TIMING = {"tokens_per_s", "mfu"}
+TIMING = {"tokens_per_s", "mfu", "data_wait"}
 
 
 def launch(corpus: Path, run: Path, fault: str | None = None, resume: bool = False) -> subprocess.Popen:

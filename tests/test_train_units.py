@@ -149,7 +149,8 @@ def test_run_writes_metrics_curves_tensorboard_and_learns(tmp_path):
     valid = [r for r in records if r["split"] == "valid"]
     assert [r["step"] for r in train] == list(range(1, 13))
     assert [r["step"] for r in valid] == [4, 8, 12]
-    assert {"loss", "perplexity", "accuracy", "lr", "tokens_per_s", "mfu"} <= train[0].keys()
+    assert {"loss", "perplexity", "accuracy", "lr", "tokens_per_s", "mfu", "data_wait"} <= train[0].keys()
+    assert all(0 <= r["data_wait"] < 1 for r in train)  # a share of the step time
     assert math.exp(valid[-1]["loss"]) == pytest.approx(valid[-1]["perplexity"])
     assert valid[-1]["loss"] < valid[0]["loss"] - 0.2  # the arithmetic-progression data is learnable
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -179,7 +179,7 @@ def train(
     valid: dict[str, float] = {}
     # Sums since the last logged step; kept in checkpoints so that a resumed run logs the same figures.
     window: dict[str, float] = dict(state.get("window", {})) if state else {}
-    window_tokens, window_time = 0, 0.0
+    window_tokens, window_time, window_wait = 0, 0.0, 0.0
 
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not placement.is_main, desc=objective.name, dynamic_ncols=True)
     module.train()
@@ -187,6 +187,7 @@ def train(
         while step < cfg.max_steps:
             started = time.perf_counter()
             micro_batches = [_to_device(next(batches), placement.device) for _ in range(accumulation)]
+            window_wait += time.perf_counter() - started  # the step stalled on the loader this long
             counts = _global_counts(objective, micro_batches, placement.device)
             set_learning_rate(optimizer, learning_rate(step, job.optim.lr, job.schedule, cfg.max_steps))
             sums: dict[str, torch.Tensor] = {}
@@ -223,6 +224,7 @@ def train(
                     lr=optimizer.param_groups[0]["lr"],
                     tokens_per_s=rate,
                     mfu=rate * flops_per_token / peak if peak else 0.0,
+                    data_wait=window_wait / max(window_time, 1e-9),
                     skipped_steps=scaler.skipped_steps,
                 )
                 if per_epoch:
@@ -235,7 +237,7 @@ def train(
                     mfu=f"{figures['mfu']:.1%}",
                     **({"skipped": scaler.skipped_steps} if scaler.enabled else {}),
                 )
-                window, window_tokens, window_time = {}, 0, 0.0
+                window, window_tokens, window_time, window_wait = {}, 0, 0.0, 0.0
             if step % cfg.eval_every == 0 or step == cfg.max_steps:
                 by_set = evaluate(module, objective, precision, placement, cfg.eval_batches)
                 valid = _flatten(by_set)
