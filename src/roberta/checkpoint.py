@@ -112,7 +112,7 @@ def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     meta = {"format": FORMAT, "config": model.config.to_dict(), "heads": heads}
     if tokenizer is not None:
         # Recorded so that tokenizer files swapped or edited later are refused on load, not decoded wrongly.
-        meta["tokenizer"] = {"fingerprint": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size}
+        meta["tokenizer"] = {"fingerprint": tokenizer.fingerprint()}
     write_json(directory / CONFIG_FILE, meta)
     # safetensors creates its file private (0600): written aside, then published with the umask.
     weights = temporary_path(directory / WEIGHTS_FILE)

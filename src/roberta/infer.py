@@ -16,19 +16,14 @@ from tqdm import tqdm
 
 from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
-from roberta.io import atomic_write, make_parent, publish, temporary_path
+from roberta.io import atomic_write, make_parent, open_input, publish, temporary_path
 
 CHUNK_LINES = 8192
 
 
 def count_lines(path: Path) -> int:
-    try:
-        with path.open("rb") as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    with open_input(path) as f:
+        return sum(1 for _ in f)
 
 
 def read_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[int, list[str]]]:

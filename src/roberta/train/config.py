@@ -167,18 +167,23 @@ def load_job_config(
             given.add(f"{section}.{key}")
     for item in overrides:
         job = apply_override(job, item)
-        given.add(item.strip().lstrip("-").partition("=")[0])
+        given.add(_parse_override(item)[0])
     if "train.max_steps" in given and "train.epochs" not in given:
         job = dataclasses.replace(job, train=dataclasses.replace(job.train, epochs=0.0))
     return job
 
 
-def apply_override(job: JobConfig, item: str) -> JobConfig:
-    """`--train.max_steps=100` (or without dashes) → a new JobConfig with that field changed."""
+def _parse_override(item: str) -> tuple[str, str]:
+    """`--train.max_steps=100` (or without dashes) → ("train.max_steps", "100")."""
     match = re.fullmatch(r"(?:--)?([a-z_]+\.[a-z_]+)=(.*)", item.strip(), flags=re.S)
     if not match:
         raise UserError(f"override {item!r}: expected --section.key=value")
-    key, text = match.groups()
+    return match[1], match[2]
+
+
+def apply_override(job: JobConfig, item: str) -> JobConfig:
+    """`--train.max_steps=100` (or without dashes) → a new JobConfig with that field changed."""
+    key, text = _parse_override(item)
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
