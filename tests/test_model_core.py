@@ -85,6 +85,34 @@ def test_lm_logits_on_selected_positions_equal_the_full_logits_there():
     assert model.lm_logits(hidden, selected).shape == (3, MICRO.vocab_size)
 
 
+def test_first_only_gives_the_full_forwards_first_position_dropout_and_gradients_included():
+    """A classification head reads `<s>` only; the last layer computing nothing else must give the
+    same logits and gradients, in training (dropout on: the same random stream) as in eval."""
+    torch.manual_seed(0)
+    model = RobertaModel(MICRO)
+    model.add_classification_head("cls", num_classes=3)
+    tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 2, 1, 1, 1]])
+
+    def run(first_only: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        hidden = model(tokens, first_only=first_only).last_hidden_state
+        logits = model.classify("cls", hidden)
+        logits.square().sum().backward()
+        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads, torch.rand(4)  # the stream after the step
+
+    for training in (True, False):
+        model.train(training)
+        full, first = run(False), run(True)
+        torch.testing.assert_close(first[0], full[0], atol=1e-6, rtol=1e-5)
+        assert first[1].keys() == full[1].keys()
+        for name in full[1]:
+            torch.testing.assert_close(first[1][name], full[1][name], atol=1e-6, rtol=1e-5, msg=name)
+        assert torch.equal(first[2], full[2])
+    assert model(tokens, first_only=True).last_hidden_state.shape == (2, 1, MICRO.hidden_size)
+
+
 def test_heads_are_added_used_and_removed_by_name():
     model = RobertaModel(MICRO).eval()
     model.add_classification_head("sst2", num_classes=2)

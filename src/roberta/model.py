@@ -35,15 +35,41 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
         batch, length, width = x.shape
         q, k, v = (
             self.qkv(x).view(batch, length, 3, self.num_heads, width // self.num_heads).permute(2, 0, 3, 1, 4)
         )
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout = self.dropout if self.training else 0.0
+        if first_only:
+            x, length = first_query_attention(q[:, :, :1], k, v, attn_mask, dropout), 1
+        else:
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         return self.out_proj(x.transpose(1, 2).reshape(batch, length, width))
+
+
+def first_query_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout: float
+) -> torch.Tensor:
+    """SDPA for the first query only, computed as SDPA's math kernel computes it (the kernel CPU
+    training takes: no other CPU kernel has dropout), its dropout mask drawn for every query
+    (`dropout_leading`)."""
+    scale = q.size(-1) ** -0.25  # the kernel scales q and k by sqrt(1 / sqrt(head size)) each
+    scores = (q * scale) @ (k * scale).transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    probs = dropout_leading(scores.softmax(-1), dropout, (*k.shape[:-1], k.size(-2)))
+    return probs @ v
+
+
+def dropout_leading(x: torch.Tensor, p: float, full_shape: tuple[int, ...]) -> torch.Tensor:
+    """Dropout on `x`, the leading block of a tensor of `full_shape`, with the mask drawn for the
+    whole tensor and read there: the random stream advances as dropout on the whole tensor
+    advances it, so every later number (and every number in x) is the full computation's."""
+    if p == 0:
+        return x
+    noise = x.new_empty(full_shape).bernoulli_(1 - p)[tuple(slice(0, n) for n in x.shape)]
+    return x * noise.div_(1 - p)
 
 
 class EncoderLayer(nn.Module):
@@ -57,10 +83,20 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.attention_layer_norm(x + self.dropout(self.attention(x, attn_mask)))
-        h = self.fc2(self.activation_dropout(F.gelu(self.fc1(x))))
-        return self.ffn_layer_norm(x + self.dropout(h))
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
+        """[B, T, H] → [B, T, H]; with `first_only`, position 0's output only ([B, 1, H]), the
+        keys and values still read from every position."""
+        batch, length, _ = x.shape
+
+        def dropout(y: torch.Tensor, module: nn.Dropout) -> torch.Tensor:
+            if not first_only:
+                return module(y)
+            return dropout_leading(y, module.p if module.training else 0.0, (batch, length, y.size(-1)))
+
+        a = self.attention(x, attn_mask, first_only)
+        x = self.attention_layer_norm((x[:, :1] if first_only else x) + dropout(a, self.dropout))
+        h = self.fc2(dropout(F.gelu(self.fc1(x)), self.activation_dropout))
+        return self.ffn_layer_norm(x + dropout(h, self.dropout))
 
 
 class LMHead(nn.Module):
@@ -159,8 +195,17 @@ class RobertaModel(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: torch.Tensor, return_all_hiddens: bool = False) -> EncoderOutput:
-        """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H]."""
+    def forward(
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, first_only: bool = False
+    ) -> EncoderOutput:
+        """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H].
+
+        first_only: the last layer computes position 0 (`<s>`) only, all that a classification
+        head reads, so last_hidden_state is [B, 1, H] and most of one layer's work is saved. The
+        numbers are the full forward's `[:, :1]` to rounding, on the CPU dropout included (its
+        masks are drawn for every position and read at position 0, so the random stream is the
+        same); a GPU's fused dropout kernels draw differently: there, the same in distribution.
+        """
         if tokens.size(1) > self.config.max_seq_len:
             raise UserError(
                 f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_seq_len} positions"
@@ -171,8 +216,8 @@ class RobertaModel(nn.Module):
         x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
         x = self.dropout(self.embed_layer_norm(x))
         hidden_states = [x] if return_all_hiddens else None
-        for layer in self.layers:
-            x = layer(x, attn_mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, attn_mask, first_only and i == len(self.layers) - 1)
             if hidden_states is not None:
                 hidden_states.append(x)
         return EncoderOutput(x, hidden_states)
