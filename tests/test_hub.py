@@ -2,6 +2,7 @@
 the same results from our, HF and fairseq directories, clear errors, and the CLI verbs."""
 
 from copy import deepcopy as copy_module
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,13 +51,19 @@ def _micro_models_on_one_thread(one_thread):
     yield
 
 
-@pytest.fixture(scope="module")
-def hub(shared_data) -> Roberta:
+def trained_hub(shared_data: Path, config: RobertaConfig, steps: int = 60) -> Roberta:
+    """A micro model (seed 0, GPT-2's vocabulary) that knows the two answers, with a 3-class head
+    "sentiment", in eval mode."""
     torch.manual_seed(0)
-    hub = Roberta(RobertaModel(MICRO), load_tokenizer(shared_data / "gpt2_bpe"))
-    train_to_fill(hub)
+    hub = Roberta(RobertaModel(config), load_tokenizer(shared_data / "gpt2_bpe"))
+    train_to_fill(hub, steps)
     hub.register_classification_head("sentiment", 3)
     return hub
+
+
+@pytest.fixture(scope="module")
+def hub(shared_data) -> Roberta:
+    return trained_hub(shared_data, MICRO)
 
 
 @pytest.fixture(scope="module")

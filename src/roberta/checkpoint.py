@@ -124,6 +124,9 @@ def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
 
 def save(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
     """Write `model` (and `tokenizer`, if given) as a checkpoint directory, atomically."""
+    if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
+        raise UserError(f"{directory}: an int8-quantized model is for serving only; save the fp32 model "
+                        "(load the checkpoint again) and quantize after loading")
     with atomic_directory(directory) as tmp:
         write(tmp, model, tokenizer)
     return Path(directory)

@@ -97,6 +97,22 @@ class Roberta(nn.Module):
     def _mode(self) -> AbstractContextManager:
         return torch.inference_mode(not self.training)
 
+    def quantize(self) -> Roberta:
+        """Dynamic int8 for CPU serving, in place: every `nn.Linear` of the encoder and the heads
+        holds int8 weights and runs int8 products (inputs quantized per call). Embeddings,
+        LayerNorm, attention and the masked-LM projection (tied to the token embedding) stay fp32.
+        Returns the hub in eval mode; every call works as before, within int8's error (the CLI's
+        `--int8` prints it). It is for serving: it does not train, and `checkpoint.save` takes the
+        fp32 model (quantize after loading).
+
+        Refused (UserError) off the CPU, or on weights that are not float32.
+        """
+        from roberta.int8 import quantize_linears, require_cpu
+
+        require_cpu(self.device)
+        quantize_linears(self.model)
+        return self.eval()
+
     # ---- text <-> ids
 
     def encode(self, sentence: str, *pairs: str, no_separator: bool = False, truncate: bool = False) -> torch.Tensor:
@@ -177,7 +193,8 @@ class Roberta(nn.Module):
             raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-            out = self.model(batch, return_all_hiddens=layer not in (-1, layers - 1))
+            last = layer in (-1, layers - 1)
+            out = self.model(batch, return_all_hiddens=not last, first_only=last and pool == "cls")
             hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
             if pool == "cls":
                 return list(hidden[:, 0])
@@ -194,13 +211,16 @@ class Roberta(nn.Module):
 
     def predict(self, head: str, tokens: torch.Tensor | TokenSeqs, return_logits: bool = False) -> torch.Tensor:
         """Log-probabilities [B, C] of the classification head `head` (its logits with `return_logits`)."""
+        def run(batch: torch.Tensor) -> torch.Tensor:
+            # The head reads `<s>` only: the last layer computes nothing else.
+            return self.model.classify(head, self.model(batch, first_only=True).last_hidden_state)
+
         if isinstance(tokens, torch.Tensor):
             batch = self._as_batch(tokens)
             with self._mode():
-                logits = self.model.classify(head, self.model(batch).last_hidden_state)
+                logits = run(batch)
         else:
-            logits = torch.stack(self._batched(
-                tokens, lambda batch, _: list(self.model.classify(head, self.model(batch).last_hidden_state))))
+            logits = torch.stack(self._batched(tokens, lambda batch, _: list(run(batch))))
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
     def answer(self, question: str | Sequence[str], context: str | Sequence[str], topk: int = 1,
@@ -236,18 +256,27 @@ class Roberta(nn.Module):
         if type(topk) is not int or not 1 <= topk <= vocab:
             raise UserError(f"topk {topk!r} out of range: give 1..{vocab} (the model's vocabulary size)")
         texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
-        seqs = [self._encode_masked(text) for text in texts]
 
         def run(batch: torch.Tensor, _: list[int]) -> list[tuple[list[float], list[int]]]:
-            hidden = self.model(batch).last_hidden_state
-            # One <mask> per row, so the selected rows come out one per sequence, in order.
-            probs = self.model.lm_logits(hidden, batch.eq(self.tokenizer.mask_id)).float().softmax(dim=-1)
-            values, indices = probs.topk(topk, dim=-1)
+            values, indices = self._logits_at_mask(batch).softmax(dim=-1).topk(topk, dim=-1)
             return list(zip(values.tolist(), indices.tolist()))
 
-        found = self._batched(seqs, run)
+        found = self._batched([self._encode_masked(text) for text in texts], run)
         results = [self._fillings(text, *best) for text, best in zip(texts, found)]
         return results[0] if isinstance(masked_input, str) else results
+
+    def mask_logits(self, masked_input: str | Sequence[str]) -> torch.Tensor:
+        """The vocabulary logits (float32) that `fill_mask` ranks, at the one `<mask>` of a text:
+        [V] for a text, [N, V] for a list of texts (batched by length, in input order)."""
+        texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
+        logits = torch.stack(self._batched([self._encode_masked(text) for text in texts],
+                                           lambda batch, _: list(self._logits_at_mask(batch))))
+        return logits[0] if isinstance(masked_input, str) else logits
+
+    def _logits_at_mask(self, batch: torch.Tensor) -> torch.Tensor:
+        # One <mask> per row, so the selected rows come out one per sequence, in order.
+        hidden = self.model(batch).last_hidden_state
+        return self.model.lm_logits(hidden, batch.eq(self.tokenizer.mask_id)).float()
 
     def _encode_masked(self, text: str) -> torch.Tensor:
         count = text.count(MASK)

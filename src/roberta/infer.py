@@ -2,7 +2,9 @@
 
 Each chunk is encoded, sorted by length inside the hub, run, and written in input order, so a
 file larger than memory goes through in bounded space. Outputs are written under a temporary
-name and renamed into place only when complete.
+name and renamed into place only when complete. With `int8`, the hub is quantized once the
+first chunk is encoded, after its first batch has run in fp32, so the agreement line printed
+to stderr is measured on the input itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from tqdm import tqdm
 
 from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
+from roberta.int8 import quantize_for_embed, quantize_for_predict
 from roberta.io import atomic_write, make_parent, open_input, publish, temporary_path
 
 CHUNK_LINES = 8192
@@ -44,8 +47,11 @@ def read_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[in
 
 
 def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int = -1, pool: str = "cls",
-               truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True) -> int:
-    """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1."""
+               truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True, int8: bool = False) -> int:
+    """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1.
+
+    `int8`: quantize the hub (`Roberta.quantize`) and print the cosines of int8 and fp32 vectors
+    on the input's first batch."""
     input, out = Path(input), Path(out)
     total = count_lines(input)
     if total == 0:
@@ -60,6 +66,8 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
                 if first - 1 + len(lines) > total:
                     raise UserError(f"{input}: the file grew while it was read")
                 ids = _encode(roberta, lines, None, input, first, truncate)
+                if int8 and first == 1:
+                    quantize_for_embed(roberta, ids, layer, pool)
                 vectors[first - 1 : first - 1 + len(lines)] = roberta.embed(ids, layer, pool).float().cpu().numpy()
                 bar.update(len(lines))
         vectors.flush()
@@ -86,12 +94,14 @@ def parse_columns(spec: str) -> list[int | str]:
 
 
 def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path, columns: str = "0",
-                 header: bool = False, truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True) -> int:
+                 header: bool = False, truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True,
+                 int8: bool = False) -> int:
     """Classify each row of the TSV `input` (text in one column, or a pair in two) with `head`.
 
     `out` gets a header and one row per input row: the predicted label (its name if the head
     carries label names, else its index) and each class's probability, or for a one-output
-    (regression) head its score.
+    (regression) head its score. `int8`: quantize the hub (`Roberta.quantize`) and print how
+    many top-1 labels int8 and fp32 share on the input's first batch.
     """
     input, out = Path(input), Path(out)
     wanted = parse_columns(columns)
@@ -113,8 +123,10 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
             fields = [_fields(line, indices, input, first + k) for k, line in enumerate(lines)]
             texts = [f[0] for f in fields]
             pairs = [f[1] for f in fields] if len(indices) == 2 else None
-            logits = roberta.predict(head, _encode(roberta, texts, pairs, input, first, truncate), return_logits=True)
-            logits = logits.float().cpu()
+            ids = _encode(roberta, texts, pairs, input, first, truncate)
+            if int8 and not wrote_header:
+                quantize_for_predict(roberta, head, ids)
+            logits = roberta.predict(head, ids, return_logits=True).float().cpu()
             if not wrote_header:
                 classes = logits.size(1)
                 sink.write("score\n" if classes == 1 else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n")

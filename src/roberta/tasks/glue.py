@@ -182,12 +182,17 @@ def sentence_task(task: GlueTask):
     return SentenceTask(task.name, task.labels, lambda p, y: metrics(task, list(p), list(y)), task.metric)
 
 
-def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Path) -> int:
+def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Path, int8: bool = False) -> int:
     """The GLUE leaderboard file for `input` (a test TSV) from the fine-tuned head named after the
-    task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training."""
+    task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training.
+    `int8`: quantized first, as `roberta predict --int8` does (`int8.quantize_for_predict`)."""
     examples = read_split(task, input, labelled=False)
     pairs = [e.pair for e in examples] if task.pair_column else None
     tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_seq_len)
+    if int8:
+        from roberta.int8 import quantize_for_predict
+
+        quantize_for_predict(roberta, task.name, tokens)
     logits = roberta.predict(task.name, tokens, return_logits=True).float()
     predictions = logits.squeeze(-1).tolist() if task.regression else logits.argmax(-1).tolist()
     write_predictions(task, out, [e.index for e in examples], predictions)
