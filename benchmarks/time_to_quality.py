@@ -12,8 +12,16 @@ The difference is the model code: ours scores the vocabulary only at masked posi
 scores every position), runs one fused QKV matrix product and no padding mask when there is
 no padding.
 
+The recipe knobs (--dropout, --mask-prob, --lr, --batch, --warmup-fraction, --shape, a shorter
+first phase with --short-seq-len/--short-fraction) change what both sides train with; evaluation is
+the same for every recipe (8 x 128-token held-out sequences per batch, 15% masked), so runs with
+different recipes compare. `--sides ours --clock cpu --threads 1` is the recipe search: one side, a
+budget in this process' CPU seconds, so two searches can share the two cores.
+
     .venv/bin/python benchmarks/time_to_quality.py --minutes 20                    # the tiny preset
     .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8   # what a CPU can train
+    .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8 --dropout 0 --mask-prob 0.4 \
+        --threads 1 --clock cpu                                                   # configs/pretrain-cpu-20min.toml
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +40,14 @@ import torch.nn.functional as F
 
 from roberta.config import RobertaConfig
 from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
-from roberta.data.masking import IGNORE_INDEX
+from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.model import RobertaModel
 from roberta.train.config import OptimSection, ScheduleSection
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE_UNITS = 10_000  # the budget's time is cut into this many schedule "steps"
+EVAL_SEQ_LEN = 128
 
 
 @dataclass
@@ -48,6 +58,7 @@ class Contender:
     masked_logits: callable  # (model, batch) -> logits [N, V] at the masked positions
     optimizer: torch.optim.Optimizer = None
     batches: object = None
+    short_batches: object = None  # the sequence-length schedule's first phase, if any
     step: int = 0
     tokens: int = 0
     seconds: float = 0.0
@@ -105,11 +116,14 @@ def evaluate(c: Contender, batches: list[dict]) -> tuple[float, float]:
     return loss_sum / count, correct / count
 
 
-def train_slice(c: Contender, seconds: float, budget: float, peak: float, schedule: ScheduleSection) -> None:
+def train_slice(
+    c: Contender, seconds: float, budget: float, peak: float, schedule: ScheduleSection, short_until: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
     started = time.perf_counter()
     while time.perf_counter() - started < seconds and c.seconds < budget:
-        t0 = time.perf_counter()
-        batch = next(c.batches)
+        t0 = clock()
+        batch = next(c.short_batches if c.seconds < short_until else c.batches)
         progress = int(SCHEDULE_UNITS * c.seconds / budget)
         set_learning_rate(c.optimizer, learning_rate(progress, peak, schedule, SCHEDULE_UNITS))
         loss = c.loss(c.model, batch)
@@ -120,10 +134,11 @@ def train_slice(c: Contender, seconds: float, budget: float, peak: float, schedu
         c.optimizer.zero_grad(set_to_none=True)
         c.step += 1
         c.tokens += int(batch["tokens"].ne(1).sum())
-        c.seconds += time.perf_counter() - t0
+        c.seconds += clock() - t0
 
 
-def ensure_data(corpus_text: Path, work: Path, vocab_size: int) -> Path:
+def ensure_data(corpus_text: Path, work: Path, vocab_size: int) -> tuple[Path, Path]:
+    """The tokenizer and the prepared corpus (built once into `work`)."""
     from roberta.data.prepare import prepare
     from roberta.tokenizer import train_tokenizer
 
@@ -132,7 +147,7 @@ def ensure_data(corpus_text: Path, work: Path, vocab_size: int) -> Path:
         train_tokenizer([corpus_text], tokenizer, vocab_size)
     if not corpus.exists():
         prepare([corpus_text], tokenizer, corpus, workers=2)
-    return corpus
+    return tokenizer, corpus
 
 
 def main() -> None:
@@ -152,24 +167,42 @@ def main() -> None:
     p.add_argument("--shape", default="tiny", metavar="PRESET[:LAYERSxWIDTH]",
                    help="model shape: a preset, optionally narrowed, e.g. tiny:2x128 (heads = width/64, FFN = 4 x width)")
     p.add_argument("--dropout", type=float, help="hidden and attention dropout (default: the preset's)")
+    p.add_argument("--mask-prob", type=float, default=0.15,
+                   help="training masking rate (default 0.15); evaluation always masks 15%% of 128-token sequences")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--short-seq-len", type=int, help="train on sequences this long first (same tokens per batch)")
+    p.add_argument("--short-fraction", type=float, default=0.0, help="share of the budget on --short-seq-len")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="what the budget counts: wall seconds, or this process' CPU seconds (with --threads 1, "
+                        "a recipe search that shares the host with other jobs; default wall)")
+    p.add_argument("--checkpoint", type=Path,
+                   help="save our trained model here (a checkpoint with the tokenizer: fine-tune it, serve it)")
+    p.add_argument("--sides", default="ours,hf", help="who trains: ours, hf or both (default ours,hf)")
     p.add_argument("--out", type=Path, help="result.json + curves.png (default benchmarks/time_to_quality/SHAPE)")
     args = p.parse_args()
     args.out = args.out or ROOT / "benchmarks" / "time_to_quality" / args.shape.replace(":", "-")
     torch.set_num_threads(args.threads)
 
-    corpus = ensure_data(args.corpus, args.work, 8192)
-    data = DataConfig(seq_len=args.seq_len)
+    tokenizer, corpus = ensure_data(args.corpus, args.work, 8192)
+    data = DataConfig(seq_len=args.seq_len, masking=MaskingConfig(mask_prob=args.mask_prob))
     train_set = PretrainDataset(corpus, config=data, micro_batch_size=args.batch, seed=args.seed)
-    valid_set = PretrainDataset(corpus, split="valid", config=data, micro_batch_size=args.batch, seed=args.seed)
+    # One held-out set for every recipe: 8 x 128-token sequences per batch, 15% masked.
+    valid_set = PretrainDataset(corpus, split="valid", config=DataConfig(seq_len=EVAL_SEQ_LEN),
+                                micro_batch_size=8, seed=args.seed)
     valid = [b for _, b in zip(range(args.eval_batches), PretrainLoader(valid_set, epochs=1))]
 
-    config = model_config(args.shape, args.dropout, train_set.specials.vocab_size, args.seq_len)
-    torch.manual_seed(args.seed)
-    ours = Contender("ours", RobertaModel(config), ours_loss, ours_logits)
-    torch.manual_seed(args.seed)
-    hf = Contender("HF transformers", hf_model(config), hf_loss, hf_logits)
-    optim = OptimSection(lr=args.lr)
-    for c in (ours, hf):
+    config = model_config(args.shape, args.dropout, train_set.specials.vocab_size, max(args.seq_len, EVAL_SEQ_LEN))
+    contenders = []
+    for side in args.sides.split(","):
+        torch.manual_seed(args.seed)
+        if side == "ours":
+            contenders.append(Contender("ours", RobertaModel(config), ours_loss, ours_logits))
+        elif side == "hf":
+            contenders.append(Contender("HF transformers", hf_model(config), hf_loss, hf_logits))
+        else:
+            p.error(f"--sides: unknown side {side!r}")
+    optim = OptimSection(lr=args.lr, weight_decay=args.weight_decay)
+    for c in contenders:
         c.model.train()
         c.optimizer = build_optimizer(c.model, optim)
 
@@ -177,18 +210,25 @@ def main() -> None:
     # budget, then linear decay to 0 at its end, for both. Whoever is faster takes more steps
     # under the same learning-rate curve; no step count has to be guessed on a noisy host.
     schedule = ScheduleSection(kind="linear", warmup_steps=round(args.warmup_fraction * SCHEDULE_UNITS))
-    for c in (ours, hf):
+    for c in contenders:
         c.batches = iter(PretrainLoader(train_set))  # the same batches and masks, in the same order
+        if args.short_seq_len:
+            short = PretrainDataset(
+                corpus, config=DataConfig(seq_len=args.short_seq_len, masking=data.masking),
+                micro_batch_size=args.batch * args.seq_len // args.short_seq_len, seed=args.seed,
+            )
+            c.short_batches = iter(PretrainLoader(short))
     budget = args.minutes * 60
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     started = time.time()
-    for c in (ours, hf):
+    for c in contenders:
         loss, acc = evaluate(c, valid)
         c.history.append({"seconds": 0.0, "step": 0, "tokens": 0, "loss": loss, "accuracy": acc})
-    while any(c.seconds < budget for c in (ours, hf)):
-        for c in (ours, hf):
+    while any(c.seconds < budget for c in contenders):
+        for c in contenders:
             if c.seconds >= budget:
                 continue
-            train_slice(c, args.slice, budget, args.lr, schedule)
+            train_slice(c, args.slice, budget, args.lr, schedule, args.short_fraction * budget, clock)
             loss, acc = evaluate(c, valid)
             c.history.append({"seconds": c.seconds, "step": c.step, "tokens": c.tokens, "loss": loss, "accuracy": acc})
             print(f"{c.name:>16}: {c.seconds / 60:5.1f} min, step {c.step:5d}, {c.tokens / c.seconds:6.0f} tok/s, "
@@ -201,11 +241,17 @@ def main() -> None:
         "warmup_fraction": args.warmup_fraction,
         "valid_masked_tokens": sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in valid),
         "unigram_baseline_accuracy": unigram_baseline(train_set, valid),
-        "runs": {c.name: c.history for c in (ours, hf)},
+        "runs": {c.name: c.history for c in contenders},
     }
+    if args.checkpoint:
+        from roberta.checkpoint import save
+        from roberta.tokenizer import load_tokenizer
+
+        ours = next(c for c in contenders if c.name == "ours")
+        save(args.checkpoint, ours.model.eval(), load_tokenizer(tokenizer))
     (args.out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out / "curves.png")
-    for c in (ours, hf):
+    for c in contenders:
         last = c.history[-1]
         print(f"{c.name}: {last['step']} steps, {last['tokens']} tokens in {last['seconds'] / 60:.1f} min, "
               f"valid loss {last['loss']:.3f}, accuracy {last['accuracy']:.2%}")

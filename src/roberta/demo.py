@@ -1,18 +1,17 @@
-"""`roberta demo`: the whole pipeline, offline, in about seven minutes on two CPU cores.
+"""`roberta demo`: the whole pipeline, offline, in about twenty minutes on a CPU.
 
 1. a corpus from text every Python installation has: the standard library's docstrings
    (read with `ast` from the source files, in sorted order, so nothing is imported or run);
 2. a byte-level BPE tokenizer trained on it (8K ids);
 3. the corpus prepared (binarized, 2% of modules held out for validation);
-4. the tiny preset pretrained, shrunk to what a CPU can train in minutes: 2 layers x 128,
-   128-token sequences, batches of 8, no dropout, peak learning rate 1e-3 after 50 steps;
+4. pretraining with the CPU recipe, configs/pretrain-cpu-20min.toml: the tiny preset narrowed
+   to 2 layers x 128, no dropout, 40% of tokens masked, batches of 8 x 128 tokens, peak LR 1e-3;
 5. fill-mask on a few docstring-like sentences, and where the curves and checkpoint are.
 
-Why so small: on two CPU cores the budget is a few TFLOPs, and a post-LN encoder first sits on
-the unigram plateau (it predicts the commonest token everywhere) until its attention starts to
-use context. In a four-minute shape search on the demo corpus (benchmarks/RESULTS.md, "The demo's
-shape") only 2 x 128 at batch 8 and a peak learning rate of 1e-3 left the plateau: many small steps
-beat few big ones here. The model is a toy; the pipeline is the real one.
+Why so small: on a CPU the budget is a few TFLOPs, and a post-LN encoder first sits on the
+unigram plateau (it predicts the commonest token everywhere) until its attention starts to use
+context. The recipe is the best of a measured search (benchmarks/RESULTS.md, "A recipe for 20 CPU
+minutes"). The model is a toy; the pipeline is the real one.
 """
 
 from __future__ import annotations
@@ -26,25 +25,9 @@ from pathlib import Path
 
 # Source trees that are tests, tools or vendored code rather than library documentation.
 SKIPPED_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo", "ensurepip", "__pycache__"}
-DEMO_JOB = [
-    "--model.preset=tiny",
-    "--model.hidden_size=128",
-    "--model.num_layers=2",
-    "--model.num_heads=2",
-    "--model.ffn_size=512",
-    "--model.dropout=0.0",
-    "--model.attention_dropout=0.0",
-    "--data.seq_len=128",
-    "--optim.lr=1e-3",
-    "--schedule.warmup_steps=50",
-    "--train.batch_size=8",
-    "--train.micro_batch_size=8",
-    "--train.device=cpu",
-    "--train.precision=fp32",
-    "--train.log_every=25",
-    "--train.keep_last=1",
-]
-DEMO_STEPS = 3500
+# The CPU recipe (benchmarks/RESULTS.md, "A recipe for 20 CPU minutes"); the demo adds only what is
+# about its own run: where it evaluates and checkpoints.
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pretrain-cpu-20min.toml"
 SENTENCES = [
     "Return the number <mask> items in the list.",
     "If the file does not exist, an exception <mask> raised.",
@@ -105,7 +88,8 @@ def unigram_baseline(corpus: Path, tokenizer: Path) -> tuple[str, float]:
     return load_tokenizer(tokenizer).decode([top]).strip(), share
 
 
-def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = DEMO_STEPS) -> None:
+def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int | None = None, config: str | Path = RECIPE) -> None:
+    """The five stages; `steps` shortens the recipe (its schedule is scaled to fit)."""
     from roberta.data.prepare import prepare
     from roberta.hub import load
     from roberta.tokenizer import train_tokenizer
@@ -125,13 +109,16 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int = DEMO_STEP
     print(f"[3/5] prepare (binarize, hold out 2% of modules) -> {corpus}")
     prepare([text], tokenizer, corpus, workers=2, valid_fraction=0.02, seed=seed, overwrite=True)
 
-    print(f"[4/5] pretrain: tiny preset shrunk to 2 x 128, seq 128, batch 8, {steps} steps -> {run}")
+    job = load_pretrain_job(config, [f"--train.max_steps={steps}"] if steps is not None else [])
+    steps = job.train.max_steps
+    job = load_pretrain_job(config, [
+        f"--train.max_steps={steps}", f"--train.eval_every={-(-steps // 3)}", f"--train.checkpoint_every={steps}",
+        "--train.eval_batches=20", "--train.keep_last=1", f"--train.seed={seed}",
+    ])
+    m = job.model
+    print(f"[4/5] pretrain: {Path(config).name} ({m.num_layers} x {m.hidden_size}, seq {job.data.seq_len}, "
+          f"batch {job.train.batch_size}, {job.data.mask_prob:.0%} masked), {steps} steps -> {run}")
     shutil.rmtree(run, ignore_errors=True)
-    job = load_pretrain_job(
-        None,
-        [*DEMO_JOB, f"--train.max_steps={steps}", f"--train.eval_every={-(-steps // 3)}",
-         f"--train.checkpoint_every={steps}", "--train.eval_batches=20", f"--train.seed={seed}"],
-    )
     result = pretrain(job, corpus, run, tokenizer=tokenizer)
     figures = ", ".join(f"{k} {v:.3g}" for k, v in result.valid.items())
     print(f"      held-out: {figures}")
