@@ -71,7 +71,7 @@ def embed_rows(output: str) -> list[Row]:
     count = re.search(r"^(\d+) paragraphs", output, re.MULTILINE).group(1)
     return [Row(f"`embed`, base shape, {count} corpus paragraphs: ours `Roberta.embed` vs HF {best}", "sentences/s",
                 Spread.of([rate("ours")]), Spread.of([rate(best)]), Spread(float(ratio), float(low), float(high)),
-                goal=1.5)]
+                goal=1.3)]  # embed_throughput.GOAL_VS_HF (issue #13)
 
 
 # Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU. Measured on this host while
