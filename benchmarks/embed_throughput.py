@@ -4,7 +4,8 @@ Runtime, same weights.
 Real paragraphs of ../shared/data/corpus (varied length, cut to 512 tokens) are embedded
 (`<s>` vector of the last layer, tokenization included) by
   ours          `Roberta.embed(Roberta.encode_batch(texts))`: sorted by length, batches of at most
-                --batch-tokens padded tokens, input order restored;
+                --batch-tokens padded tokens, the layers computing the real tokens only (padding
+                only inside attention), input order restored;
   ours-int8     the same after `Roberta.quantize()` (dynamic int8 Linear layers, fbgemm);
   pipeline      HF `pipeline("feature-extraction")`, one text per call (its default batch_size=1);
   hf-bN         a hand-batched HF loop: N texts at a time in input order, padded to the longest;
@@ -242,7 +243,8 @@ def main() -> None:
                  f"hf-b{sizes[0]}": lambda part: in_batches(list(range(len(part))), sizes[0]),
                  f"hf-sorted-b{sort_size}": lambda part: in_batches(sorted(range(len(part)), key=lambda i: -part[i]), sort_size)}
     print("tokens computed per real token (padding): " + ", ".join(
-        f"{name} {padding(lengths, cuts, batches):.2f}x" for name, batches in batchings.items()))
+        f"{name} {padding(lengths, cuts, batches):.2f}x" for name, batches in batchings.items())
+          + " (ours: in attention only; its matrix products compute the real tokens alone)")
     for name in systems:
         print(f"{name:14s} {n / seconds[name]:7.2f} sentences/s  {sum(lengths) / seconds[name]:7.0f} tokens/s  ({seconds[name]:.1f} s)")
     hf = [name for name in systems if name.startswith(HF_SYSTEMS)]

@@ -1,5 +1,7 @@
 """The model's own properties, independent of any foreign implementation."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -111,6 +113,39 @@ def test_first_only_gives_the_full_forwards_first_position_dropout_and_gradients
             torch.testing.assert_close(first[1][name], full[1][name], atol=1e-6, rtol=1e-5, msg=name)
         assert torch.equal(first[2], full[2])
     assert model(tokens, first_only=True).last_hidden_state.shape == (2, 1, MICRO.hidden_size)
+
+
+def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the_same_gradients():
+    """`unpad` computes the real tokens only: every layer's output (and the first-only output, and
+    the gradients of a loss on real positions, dropout off) must be the padded forward's."""
+    torch.manual_seed(0)
+    model = RobertaModel(dataclasses.replace(MICRO, dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0))
+    model.add_classification_head("cls", num_classes=3)
+    tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 2, 1, 1, 1], [0, 2, 1, 1, 1, 1]])
+    real = tokens.ne(MICRO.padding_idx)
+    direction = torch.randn(MICRO.hidden_size)  # a LayerNorm output's square sum would be flat
+
+    def run(unpad: bool) -> tuple[list[torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        out = model(tokens, return_all_hiddens=True, unpad=unpad)
+        first = model(tokens, first_only=True, unpad=unpad).last_hidden_state
+        ((out.last_hidden_state[real] @ direction).square().sum() + model.classify("cls", first).square().sum()).backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        return [h.detach() for h in out.hidden_states], first.detach(), grads
+
+    padded, unpadded = run(False), run(True)
+    assert len(unpadded[0]) == MICRO.num_layers + 1
+    for full, part in zip(padded[0], unpadded[0]):
+        assert part.shape == full.shape
+        torch.testing.assert_close(part[real], full[real], atol=1e-6, rtol=1e-5)
+    assert all(h[~real].eq(0).all() for h in unpadded[0][1:])  # the layers never computed padding
+    torch.testing.assert_close(unpadded[1], padded[1], atol=1e-6, rtol=1e-5)
+    assert unpadded[2].keys() == padded[2].keys()
+    for name, grad in padded[2].items():
+        scale = grad.abs().max().item()  # rounding grows with it; the sums are orders apart in size
+        torch.testing.assert_close(unpadded[2][name], grad, atol=1e-6 * scale, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+    unpadded_only = model(tokens[:1], unpad=True).last_hidden_state  # no padding: the plain forward
+    assert torch.equal(unpadded_only, model(tokens[:1]).last_hidden_state)
 
 
 def test_heads_are_added_used_and_removed_by_name():

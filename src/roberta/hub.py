@@ -2,8 +2,9 @@
 
 Every call taking token ids also takes a *list* of 1-D id sequences. A list runs batched by
 length: sorted, cut into batches of at most `batch_tokens` padded tokens, each padded with
-`<pad>` only to its own longest sequence, then put back in input order. Sorting leaves almost
-no padding to compute, which is where a CPU spends the time a naive padded batch wastes.
+`<pad>` only to its own longest sequence, then put back in input order. The layers compute the
+real tokens only (`RobertaModel.forward(unpad=True)`), and sorting keeps attention's padding
+small too: a naive padded batch spends most of a CPU's time on padding.
 
 In eval mode (the state `load` returns) the calls run under `torch.inference_mode`; in train
 mode they keep the autograd graph, so a model can be fine-tuned through this interface.
@@ -176,7 +177,7 @@ class Roberta(nn.Module):
             return out.hidden_states if return_all_hiddens else out.last_hidden_state
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list:
-            out = self.model(batch, return_all_hiddens=return_all_hiddens)
+            out = self.model(batch, return_all_hiddens=return_all_hiddens, unpad=True)
             if return_all_hiddens:
                 return [[h[row, :n] for h in out.hidden_states] for row, n in enumerate(lengths)]
             return [out.last_hidden_state[row, :n] for row, n in enumerate(lengths)]
@@ -194,7 +195,7 @@ class Roberta(nn.Module):
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
             last = layer in (-1, layers - 1)
-            out = self.model(batch, return_all_hiddens=not last, first_only=last and pool == "cls")
+            out = self.model(batch, return_all_hiddens=not last, first_only=last and pool == "cls", unpad=True)
             hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
             if pool == "cls":
                 return list(hidden[:, 0])
@@ -213,7 +214,7 @@ class Roberta(nn.Module):
         """Log-probabilities [B, C] of the classification head `head` (its logits with `return_logits`)."""
         def run(batch: torch.Tensor) -> torch.Tensor:
             # The head reads `<s>` only: the last layer computes nothing else.
-            return self.model.classify(head, self.model(batch, first_only=True).last_hidden_state)
+            return self.model.classify(head, self.model(batch, first_only=True, unpad=True).last_hidden_state)
 
         if isinstance(tokens, torch.Tensor):
             batch = self._as_batch(tokens)
@@ -275,7 +276,7 @@ class Roberta(nn.Module):
 
     def _logits_at_mask(self, batch: torch.Tensor) -> torch.Tensor:
         # One <mask> per row, so the selected rows come out one per sequence, in order.
-        hidden = self.model(batch).last_hidden_state
+        hidden = self.model(batch, unpad=True).last_hidden_state
         return self.model.lm_logits(hidden, batch.eq(self.tokenizer.mask_id)).float()
 
     def _encode_masked(self, text: str) -> torch.Tensor:

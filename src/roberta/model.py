@@ -26,6 +26,30 @@ def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
     return (torch.cumsum(real, dim=1) * real).long() + padding_idx
 
 
+class Unpadded(NamedTuple):
+    """Where a right-padded batch's real tokens are: the layers' matrix products and LayerNorms
+    run on those rows alone ([N, H]), and attention puts them back in place ([B, T, ...])."""
+
+    index: torch.Tensor  # [N]: the real positions in the flattened [B * T]
+    starts: torch.Tensor  # [B]: each sequence's first token (`<s>`) among the N rows
+    batch: int
+    length: int
+
+    @classmethod
+    def of(cls, padding: torch.Tensor) -> Unpadded:
+        real = ~padding
+        counts = real.sum(dim=1)
+        return cls(real.flatten().nonzero().squeeze(1), counts.cumsum(0) - counts, *padding.shape)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(0, 1)[self.index]
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, ...] → [B, T, ...], zeros at the padding."""
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        return out.index_copy_(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
+
+
 class SelfAttention(nn.Module):
     def __init__(self, config: RobertaConfig):
         super().__init__()
@@ -35,17 +59,23 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
-        batch, length, width = x.shape
-        q, k, v = (
-            self.qkv(x).view(batch, length, 3, self.num_heads, width // self.num_heads).permute(2, 0, 3, 1, 4)
-        )
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False, unpadded: Unpadded | None = None
+    ) -> torch.Tensor:
+        qkv = self.qkv(x)
+        if unpadded is not None:
+            qkv = unpadded.pad(qkv)  # SDPA wants [B, heads, T, head size]: the real rows go back in place
+        batch, length, width = qkv.size(0), qkv.size(1), x.size(-1)
+        q, k, v = qkv.view(batch, length, 3, self.num_heads, width // self.num_heads).permute(2, 0, 3, 1, 4)
         dropout = self.dropout if self.training else 0.0
-        if first_only:
+        if first_only and unpadded is None:
             x, length = first_query_attention(q[:, :, :1], k, v, attn_mask, dropout), 1
+        elif first_only:
+            x, length = F.scaled_dot_product_attention(q[:, :, :1], k, v, attn_mask=attn_mask, dropout_p=dropout), 1
         else:
             x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
-        return self.out_proj(x.transpose(1, 2).reshape(batch, length, width))
+        x = x.transpose(1, 2).reshape(batch, length, width)
+        return self.out_proj(unpadded.unpad(x) if unpadded is not None and not first_only else x)
 
 
 def first_query_attention(
@@ -83,18 +113,23 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
-        """[B, T, H] → [B, T, H]; with `first_only`, position 0's output only ([B, 1, H]), the
-        keys and values still read from every position."""
-        batch, length, _ = x.shape
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False, unpadded: Unpadded | None = None
+    ) -> torch.Tensor:
+        """[B, T, H] → [B, T, H], or with `unpadded` the real positions [N, H] → [N, H]; with
+        `first_only`, position 0's output only ([B, 1, H]), the keys and values still read from
+        every position."""
+        batch, length = (unpadded.batch, unpadded.length) if unpadded is not None else x.shape[:2]
 
         def dropout(y: torch.Tensor, module: nn.Dropout) -> torch.Tensor:
-            if not first_only:
+            if not first_only or unpadded is not None:
                 return module(y)
             return dropout_leading(y, module.p if module.training else 0.0, (batch, length, y.size(-1)))
 
-        a = self.attention(x, attn_mask, first_only)
-        x = self.attention_layer_norm((x[:, :1] if first_only else x) + dropout(a, self.dropout))
+        a = self.attention(x, attn_mask, first_only, unpadded)
+        if first_only:
+            x = x[unpadded.starts, None] if unpadded is not None else x[:, :1]
+        x = self.attention_layer_norm(x + dropout(a, self.dropout))
         h = self.fc2(dropout(F.gelu(self.fc1(x)), self.activation_dropout))
         return self.ffn_layer_norm(x + dropout(h, self.dropout))
 
@@ -196,7 +231,7 @@ class RobertaModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: torch.Tensor, return_all_hiddens: bool = False, first_only: bool = False
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, first_only: bool = False, unpad: bool = False
     ) -> EncoderOutput:
         """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H].
 
@@ -205,6 +240,12 @@ class RobertaModel(nn.Module):
         numbers are the full forward's `[:, :1]` to rounding, on the CPU dropout included (its
         masks are drawn for every position and read at position 0, so the random stream is the
         same); a GPU's fused dropout kernels draw differently: there, the same in distribution.
+
+        unpad: the layers compute the real (non-padding) positions only, so a padded batch costs
+        what its real tokens cost, but for attention (MosaicBERT's and ModernBERT's unpadding).
+        Real positions are the padded forward's to rounding; padding positions are zero after the
+        embeddings (the padded forward computes meaningless numbers there). Dropout, if active,
+        draws for the real positions only: the same in distribution, not the same random stream.
         """
         if tokens.size(1) > self.config.max_seq_len:
             raise UserError(
@@ -216,11 +257,17 @@ class RobertaModel(nn.Module):
         x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
         x = self.dropout(self.embed_layer_norm(x))
         hidden_states = [x] if return_all_hiddens else None
+        unpadded = Unpadded.of(padding) if unpad and attn_mask is not None else None
+        if unpadded is not None:
+            x = unpadded.unpad(x)
+        def restore(h: torch.Tensor) -> torch.Tensor:  # unpadded rows [N, H] back to [B, T, H]
+            return unpadded.pad(h) if unpadded is not None and h.dim() == 2 else h
+
         for i, layer in enumerate(self.layers):
-            x = layer(x, attn_mask, first_only and i == len(self.layers) - 1)
+            x = layer(x, attn_mask, first_only and i == len(self.layers) - 1, unpadded)
             if hidden_states is not None:
-                hidden_states.append(x)
-        return EncoderOutput(x, hidden_states)
+                hidden_states.append(restore(x))
+        return EncoderOutput(hidden_states[-1] if hidden_states is not None else restore(x), hidden_states)
 
     def lm_logits(self, hidden: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
         """Vocabulary logits; with a boolean `selected` mask, only for those positions ([N, V]).

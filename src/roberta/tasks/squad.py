@@ -552,7 +552,7 @@ def predict_windows(model, task: SquadTask, examples: Sequence[SquadExample], wi
     with torch.inference_mode():
         for i in range(0, len(windows), batch_size):
             tokens = pad([w.tokens for w in windows[i : i + batch_size]], pad_id, width).to(device)
-            hidden = model(tokens).last_hidden_state
+            hidden = model(tokens, unpad=True).last_hidden_state
             start, end = window_logits(model, task.name, hidden, tokens, pad_id)
             starts.append(start.cpu().numpy())
             ends.append(end.cpu().numpy())
