@@ -164,8 +164,9 @@ def main() -> None:
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--shape", default="tiny", metavar="PRESET[:LAYERSxWIDTH]",
-                   help="model shape: a preset, optionally narrowed, e.g. tiny:2x128 (heads = width/64, FFN = 4 x width)")
+    p.add_argument("--shape", default="tiny", metavar="PRESET[:LAYERSxWIDTH[xHEADS]]",
+                   help="model shape: a preset, optionally narrowed, e.g. tiny:2x128 (heads = width/64 unless given, "
+                        "FFN = 4 x width)")
     p.add_argument("--dropout", type=float, help="hidden and attention dropout (default: the preset's)")
     p.add_argument("--mask-prob", type=float, default=0.15,
                    help="training masking rate (default 0.15); evaluation always masks 15%% of 128-token sequences")
@@ -262,8 +263,9 @@ def model_config(shape: str, dropout: float | None, vocab_size: int, seq_len: in
     preset, _, narrowed = shape.partition(":")
     sizes = {}
     if narrowed:
-        layers, width = (int(n) for n in narrowed.lower().split("x"))
-        sizes = {"num_layers": layers, "hidden_size": width, "num_heads": max(1, width // 64), "ffn_size": 4 * width}
+        layers, width, *heads = (int(n) for n in narrowed.lower().split("x"))
+        heads = heads[0] if heads else max(1, width // 64)
+        sizes = {"num_layers": layers, "hidden_size": width, "num_heads": heads, "ffn_size": 4 * width}
     if dropout is not None:
         sizes |= {"dropout": dropout, "attention_dropout": dropout}
     return RobertaConfig.preset(preset, vocab_size=vocab_size, max_positions=seq_len + 2, **sizes)
