@@ -68,10 +68,8 @@ class SelfAttention(nn.Module):
         batch, length, width = qkv.size(0), qkv.size(1), x.size(-1)
         q, k, v = qkv.view(batch, length, 3, self.num_heads, width // self.num_heads).permute(2, 0, 3, 1, 4)
         dropout = self.dropout if self.training else 0.0
-        if first_only and unpadded is None:
+        if first_only:
             x, length = first_query_attention(q[:, :, :1], k, v, attn_mask, dropout), 1
-        elif first_only:
-            x, length = F.scaled_dot_product_attention(q[:, :, :1], k, v, attn_mask=attn_mask, dropout_p=dropout), 1
         else:
             x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         x = x.transpose(1, 2).reshape(batch, length, width)
@@ -260,6 +258,7 @@ class RobertaModel(nn.Module):
         unpadded = Unpadded.of(padding) if unpad and attn_mask is not None else None
         if unpadded is not None:
             x = unpadded.unpad(x)
+
         def restore(h: torch.Tensor) -> torch.Tensor:  # unpadded rows [N, H] back to [B, T, H]
             return unpadded.pad(h) if unpadded is not None and h.dim() == 2 else h
 
