@@ -178,14 +178,18 @@ def peak_matmul_flops(threads: int) -> float:
     return measured_matmul_flops(size=2048, trials=3)
 
 
-def training_flops(config: RobertaConfig, seq_len: int, tokens: int, lm_scored: int = 0) -> float:
+def training_flops(
+    config: RobertaConfig, seq_len: int, tokens: int, lm_scored: int = 0, last_layer: int | None = None
+) -> float:
     """Training FLOPs (forward + backward) for `tokens` tokens in sequences of `seq_len`, counted
     the same way for every side: 6 x non-embedding parameters x tokens, attention scores, and the
     LM head over the `lm_scored` positions that side computes vocabulary logits for (ours: the
-    masked ones; HF's RobertaForMaskedLM: all). The project's MFU formula, scaled to tokens."""
+    masked ones; HF's RobertaForMaskedLM: all), the last layer's query side over the `last_layer`
+    positions it computes (default: all). The project's MFU formula, scaled to tokens."""
     from roberta.train.metrics import training_flops_per_token
 
-    return training_flops_per_token(config, seq_len, head_tokens=lm_scored / tokens) * tokens
+    last = 1.0 if last_layer is None else last_layer / tokens
+    return training_flops_per_token(config, seq_len, head_tokens=lm_scored / tokens, last_layer_tokens=last) * tokens
 
 
 def hf_trainer_recipe(lr: float, batch: int, seed: int) -> dict:

@@ -2,10 +2,10 @@
 
 A step is forward + backward + AdamW update on one batch of --batch sequences of SEQ tokens
 (books + wiki text, GPT-2 BPE: 50,265 ids, FULL-SENTENCES, 15% dynamic masking by our loader).
-Ours computes the loss as `roberta pretrain` does (`tasks.pretrain.mlm_loss`: vocabulary logits
-at the masked positions only); HF's `RobertaForMaskedLM` (SDPA attention) computes them at every
-position, labels -100 elsewhere. Same weights (one random init, saved as our checkpoint and
-exported with `convert.export_hf`; each side loads its file), the same batches in the same
+Ours computes the loss as `roberta pretrain` does (`tasks.pretrain.mlm_loss`: the last layer and
+the vocabulary logits at the masked positions only); HF's `RobertaForMaskedLM` (SDPA attention)
+computes every position, labels -100 elsewhere. Same weights (one random init, saved as our
+checkpoint and exported with `convert.export_hf`; each side loads its file), the same batches in the same
 order, the same AdamW (`train.optim.build_optimizer`: betas 0.9/0.98, eps 1e-6, weight decay
 0.01 on matrices), the same threads.
 
@@ -14,7 +14,7 @@ side lives in its own worker process (this script with --worker), idle while the
 so that its peak RSS (VmHWM over its whole life: loading, warm-up, every slice) is its
 own. What is timed, inside the worker: the steps, batches already in memory; a warm-up update
 on two sequences is not. FLOPs for MFU: `harness.training_flops`, one formula for both sides
-(the LM head counted on the positions each side scores).
+(the LM head and the last layer counted on the positions each side computes).
 
     .venv/bin/python benchmarks/pretrain_step.py --shapes tiny@128,base@128
     .venv/bin/python benchmarks/pretrain_step.py --shapes base@512 --slices 3 --steps 1
@@ -196,7 +196,7 @@ def compare(shape: Shape, args: argparse.Namespace, corpus: Path, peak: float) -
     tokens = sum(int(b["tokens"].ne(PAD).sum()) for b in timed)
     masked = sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in timed)
     per_token = {
-        "ours": harness.training_flops(config, shape.seq_len, tokens, lm_scored=masked) / tokens,
+        "ours": harness.training_flops(config, shape.seq_len, tokens, lm_scored=masked, last_layer=masked) / tokens,
         "HF": harness.training_flops(config, shape.seq_len, tokens, lm_scored=tokens) / tokens,
     }
     mfu = tuple(harness.Spread.of(rates[n]).median * per_token[n] / peak for n in ("ours", "HF"))

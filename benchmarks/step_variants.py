@@ -7,11 +7,12 @@
             layer (as before), and `first_only`, the loss as `tasks/classify.py` computes it (the
             last layer computes `<s>` only).
   pretrain  the `roberta pretrain` step at tiny@128: batch 16 x 128, vocabulary 50,265, random
-            ids, 15% of positions masked. Sides: `mlm_loss` (`tasks.pretrain.mlm_loss`: the LM
-            head at the masked positions, then cross-entropy), and `chunked LM loss`, the LM
-            projection and the loss in one pass over row chunks (`ChunkedLMLoss` below: logits,
-            loss, argmax and the gradient of the logits formed chunk by chunk, the two products
-            of the backward left to it). Not adopted: see benchmarks/RESULTS.md.
+            ids, 15% of positions masked. Sides: `mlm_loss` (`tasks.pretrain.mlm_loss`: the last
+            layer and the LM head at the masked positions, then cross-entropy), `last layer
+            everywhere` (the same with `last_layer_masked_only=False`, as before), and `chunked LM
+            loss`, the LM projection and the loss in one pass over row chunks (`ChunkedLMLoss`
+            below: logits, loss, argmax and the gradient of the logits formed chunk by chunk, the
+            two products of the backward left to it; not adopted: see benchmarks/RESULTS.md).
 
 A step is what the trainer runs (trainer.py): the objective's summed loss over the batch's counts,
 backward, fused AdamW through `trainer.apply_update`, and the per-step bookkeeping (counts and
@@ -79,11 +80,10 @@ class ChunkedLMLoss(torch.autograd.Function):
 
 
 def chunked_mlm_loss(model: RobertaModel, batch: dict, chunk: int = 64) -> dict[str, torch.Tensor]:
-    hidden = model(batch["tokens"]).last_hidden_state
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
     head = model.lm_head
-    h = head.layer_norm(F.gelu(head.dense(hidden[selected])))
+    h = head.layer_norm(F.gelu(head.dense(model(batch["tokens"], select=selected).last_hidden_state)))
     loss, correct = ChunkedLMLoss.apply(h, head.weight, head.bias, labels[selected], chunk)
     return {"mlm": loss, "mlm_correct": correct}
 
@@ -146,7 +146,11 @@ def pretrain_setup(count: int) -> tuple:
         torch.manual_seed(0)
         return RobertaModel(RobertaConfig.preset("tiny"))
 
-    sides = {"mlm_loss": lambda m, batch: mlm_loss(m, batch, nsp=False), "chunked LM loss": chunked_mlm_loss}
+    sides = {
+        "mlm_loss": lambda m, batch: mlm_loss(m, batch, nsp=False),
+        "last layer everywhere": lambda m, batch: mlm_loss(m, batch, nsp=False, last_layer_masked_only=False),
+        "chunked LM loss": chunked_mlm_loss,
+    }
     return model, objective, sides, batches, OptimSection()
 
 

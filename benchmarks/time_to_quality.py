@@ -8,9 +8,9 @@ two runs alternate in slices of `--slice` seconds and both see the same load. Af
 each is evaluated on the same held-out sequences (evaluation time is not charged to the
 budget): masked-token loss and accuracy.
 
-The difference is the model code: ours scores the vocabulary only at masked positions (HF
-scores every position), runs one fused QKV matrix product and no padding mask when there is
-no padding.
+The difference is the model code: ours computes the last layer and scores the vocabulary only
+at masked positions (HF computes every position), runs one fused QKV matrix product and no
+padding mask when there is no padding.
 
 The recipe knobs (--dropout, --mask-prob, --lr, --batch, --warmup-fraction, --shape, a shorter
 first phase with --short-seq-len/--short-fraction) change what both sides train with; evaluation is
@@ -70,8 +70,8 @@ def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
 
 
 def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:
-    hidden = model(batch["tokens"]).last_hidden_state
-    return model.lm_logits(hidden, batch["labels"].ne(IGNORE_INDEX))
+    """As `roberta pretrain` computes them: the last layer and the LM head at the masked positions only."""
+    return model.lm_logits(model(batch["tokens"], select=batch["labels"].ne(IGNORE_INDEX)).last_hidden_state)
 
 
 def hf_loss(model, batch: dict) -> torch.Tensor:
@@ -171,6 +171,7 @@ def main() -> None:
     p.add_argument("--mask-prob", type=float, default=0.15,
                    help="training masking rate (default 0.15); evaluation always masks 15%% of 128-token sequences")
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--init-std", type=float, help="std of the normal initialisation (default: the preset's, 0.02)")
     p.add_argument("--short-seq-len", type=int, help="train on sequences this long first (same tokens per batch)")
     p.add_argument("--short-fraction", type=float, default=0.0, help="share of the budget on --short-seq-len")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -192,7 +193,8 @@ def main() -> None:
                                 micro_batch_size=8, seed=args.seed)
     valid = [b for _, b in zip(range(args.eval_batches), PretrainLoader(valid_set, epochs=1))]
 
-    config = model_config(args.shape, args.dropout, train_set.specials.vocab_size, max(args.seq_len, EVAL_SEQ_LEN))
+    config = model_config(args.shape, args.dropout, train_set.specials.vocab_size, max(args.seq_len, EVAL_SEQ_LEN),
+                          args.init_std)
     contenders = []
     for side in args.sides.split(","):
         torch.manual_seed(args.seed)
@@ -259,7 +261,9 @@ def main() -> None:
     print(f"unigram baseline accuracy {result['unigram_baseline_accuracy']:.2%}; written {args.out}")
 
 
-def model_config(shape: str, dropout: float | None, vocab_size: int, seq_len: int) -> RobertaConfig:
+def model_config(
+    shape: str, dropout: float | None, vocab_size: int, seq_len: int, init_std: float | None = None
+) -> RobertaConfig:
     preset, _, narrowed = shape.partition(":")
     sizes = {}
     if narrowed:
@@ -268,6 +272,8 @@ def model_config(shape: str, dropout: float | None, vocab_size: int, seq_len: in
         sizes = {"num_layers": layers, "hidden_size": width, "num_heads": heads, "ffn_size": 4 * width}
     if dropout is not None:
         sizes |= {"dropout": dropout, "attention_dropout": dropout}
+    if init_std is not None:
+        sizes["init_std"] = init_std
     return RobertaConfig.preset(preset, vocab_size=vocab_size, max_positions=seq_len + 2, **sizes)
 
 

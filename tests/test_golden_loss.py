@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import train_fixtures
+from roberta.model import Selected
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer
 
@@ -46,6 +47,20 @@ def test_adamw_implementations_follow_the_same_curve(implementation, tmp_path, o
     fused = train_losses(tmp_path / "fused", "--optim.implementation=fused")
     other = train_losses(tmp_path / implementation, f"--optim.implementation={implementation}")
     assert other == pytest.approx(fused, rel=1e-5)
+
+
+def test_the_last_layer_at_masked_positions_only_follows_the_same_curve(tmp_path, one_thread, monkeypatch):
+    """The default computes the last layer at the masked positions only; every position (the
+    switch off) must give the same run, dropout on (the same random stream on the CPU)."""
+    selections = []
+    of = Selected.of
+    monkeypatch.setattr(Selected, "of", lambda *args, **kwargs: selections.append(1) or of(*args, **kwargs))
+    masked_only = train_losses(tmp_path / "masked", "--data.last_layer_masked_only=true")
+    assert len(selections) >= STEPS  # the switch reached the model: every step selected
+    selections.clear()
+    everywhere = train_losses(tmp_path / "all", "--data.last_layer_masked_only=false")
+    assert not selections
+    assert everywhere == pytest.approx(masked_only, rel=1e-5)
 
 
 @pytest.mark.parametrize("implementation, flag", [("fused", "fused"), ("foreach", "foreach")])

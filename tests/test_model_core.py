@@ -115,6 +115,41 @@ def test_first_only_gives_the_full_forwards_first_position_dropout_and_gradients
     assert model(tokens, first_only=True).last_hidden_state.shape == (2, 1, MICRO.hidden_size)
 
 
+def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients_included():
+    """The masked-LM loss reads the masked positions only; the last layer computing nothing else
+    must give the same logits and gradients, in training (dropout on: the same random stream) as
+    in eval, with sequences selecting different numbers of positions, padded or unpadded."""
+    torch.manual_seed(0)
+    model = RobertaModel(MICRO)
+    tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 11, 2, 1]])
+    select = torch.tensor([[False, True, False, True, True, False], [False, False, True, False, False, False]])
+    targets = torch.tensor([3, 4, 5, 6])
+
+    def run(selecting: bool, unpad: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        if selecting:
+            hidden = model(tokens, select=select, unpad=unpad).last_hidden_state
+        else:
+            hidden = model(tokens).last_hidden_state[select]
+        logits = model.lm_logits(hidden)
+        torch.nn.functional.cross_entropy(logits, targets).backward()
+        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads, torch.rand(4)  # the stream after the step
+
+    for training, unpad in ((True, False), (False, False), (False, True)):
+        model.train(training)
+        full, part = run(False), run(True, unpad)
+        assert part[0].shape == (4, MICRO.vocab_size)
+        torch.testing.assert_close(part[0], full[0], atol=1e-6, rtol=1e-5)
+        assert part[1].keys() == full[1].keys()
+        for name in full[1]:
+            torch.testing.assert_close(part[1][name], full[1][name], atol=1e-6, rtol=1e-5, msg=name)
+        assert torch.equal(part[2], full[2])
+    with pytest.raises(UserError, match="only real"):
+        model(tokens, select=tokens.eq(1), unpad=True)
+
+
 def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the_same_gradients():
     """`unpad` computes the real tokens only: every layer's output (and the first-only output, and
     the gradients of a loss on real positions, dropout off) must be the padded forward's."""

@@ -117,16 +117,19 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
     assert checkpoint.load(tmp_path / "bare-run" / "checkpoints" / "step-00000003")[1] is None
 
 
-def test_adamw_implementations_give_the_same_run_through_the_cli(corpus, tmp_path):
-    """The speed switch through `roberta pretrain` on a prepared corpus: equal losses to 1e-5, and
-    every logged training record says how long the step waited for the loader."""
+@pytest.mark.parametrize("switch", ["--optim.implementation", "--data.last_layer_masked_only"])
+def test_speed_switches_give_the_same_run_through_the_cli(corpus, tmp_path, switch):
+    """Each speed switch through `roberta pretrain` on a prepared corpus (fused vs foreach AdamW;
+    the last layer at the masked positions only vs everywhere): equal losses to 1e-5, and every
+    logged training record says how long the step waited for the loader."""
     losses = {}
-    for implementation in ("fused", "foreach"):
-        run = tmp_path / implementation
-        assert pretrain(corpus, run, "--train.max_steps=6", f"--optim.implementation={implementation}") == 0
+    for value in {"--optim.implementation": ("fused", "foreach"), "--data.last_layer_masked_only": ("true", "false")}[switch]:
+        run = tmp_path / value
+        assert pretrain(corpus, run, "--train.max_steps=6", f"{switch}={value}") == 0
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in records if r["split"] == "train"]
         assert all(0 <= r["data_wait"] < 1 for r in train)
-        losses[implementation] = [r["loss"] for r in records]
-    assert len(losses["fused"]) == 8  # 6 training steps, 2 evaluations
-    assert losses["foreach"] == pytest.approx(losses["fused"], rel=1e-5)
+        losses[value] = [r["loss"] for r in records]
+    on, off = losses.values()
+    assert len(on) == 8  # 6 training steps, 2 evaluations
+    assert off == pytest.approx(on, rel=1e-5)

@@ -28,7 +28,8 @@ def _micro_models_on_one_thread(one_thread):
 def test_toml_and_overrides_set_typed_fields(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('[model]\npreset = "tiny"\n[optim]\nlr = 1\nbetas = [0.9, 0.999]\n[train]\nmax_steps = 7\n')
-    job = load_pretrain_job(path, ["--train.max_steps=9", "--train.precision=bf16", "--data.whole_word=true"])
+    job = load_pretrain_job(path, ["--train.max_steps=9", "--train.precision=bf16", "--data.whole_word=true",
+                                   "--model.init_std=0.05"])
     assert job.model.preset == "tiny"
     assert job.optim.lr == 1.0 and isinstance(job.optim.lr, float)
     assert job.optim.betas == (0.9, 0.999)
@@ -36,6 +37,7 @@ def test_toml_and_overrides_set_typed_fields(tmp_path):
     assert job.train.precision == "bf16"
     assert job.data.whole_word is True
     assert job.model_config(vocab_size=300).hidden_size == 512  # the tiny preset's width
+    assert job.model_config(vocab_size=300).init_std == 0.05
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,7 @@ def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, po
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
         nsp=nsp,
+        last_layer_masked_only=job.data.last_layer_masked_only,
     )
     if poison_at >= 0:
         objective = _nan_on_bad_ids(objective)

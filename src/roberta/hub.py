@@ -275,9 +275,10 @@ class Roberta(nn.Module):
         return logits[0] if isinstance(masked_input, str) else logits
 
     def _logits_at_mask(self, batch: torch.Tensor) -> torch.Tensor:
-        # One <mask> per row, so the selected rows come out one per sequence, in order.
-        hidden = self.model(batch, unpad=True).last_hidden_state
-        return self.model.lm_logits(hidden, batch.eq(self.tokenizer.mask_id)).float()
+        # One <mask> per row, so the selected rows come out one per sequence, in order; the last
+        # layer computes nothing else.
+        hidden = self.model(batch, unpad=True, select=batch.eq(self.tokenizer.mask_id)).last_hidden_state
+        return self.model.lm_logits(hidden).float()
 
     def _encode_masked(self, text: str) -> torch.Tensor:
         count = text.count(MASK)

@@ -50,54 +50,89 @@ class Unpadded(NamedTuple):
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
 
 
+class Selected(NamedTuple):
+    """The positions the last layer computes, a boolean [B, T] mask's True entries in row-major
+    order: a classification head reads `<s>` only, the masked-LM loss the masked positions only.
+    Their keys and values still come from every position."""
+
+    flat: torch.Tensor  # [N]: their places in the flattened [B * T]
+    rows: torch.Tensor  # [N]: their rows in the layers' input ([B * T], or the unpadded rows)
+    batch: torch.Tensor  # [N]: each one's sequence
+    slot: torch.Tensor  # [N]: its place among its sequence's selected positions
+    query_positions: torch.Tensor  # [B, slots]: the position each slot holds (0 where a sequence has fewer)
+
+    @classmethod
+    def of(cls, mask: torch.Tensor, unpadded: Unpadded | None, slots: int | None = None) -> Selected:
+        """`slots`: the most positions one sequence selects, if known (counting them syncs with the device)."""
+        length = mask.size(1)
+        flat = mask.flatten().nonzero().squeeze(1)
+        batch, position = flat.div(length, rounding_mode="floor"), flat.remainder(length)
+        slot = (mask.cumsum(1) - 1).flatten()[flat]
+        slots = slots if slots is not None else int(mask.sum(1).max())
+        query_positions = flat.new_zeros(mask.size(0), slots).index_put_((batch, slot), position)
+        rows = flat if unpadded is None else torch.searchsorted(unpadded.index, flat)
+        return cls(flat, rows, batch, slot, query_positions)
+
+    def rows_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The selected rows [N, H] of a layer input ([B, T, H], or the unpadded [N_real, H])."""
+        return (x.flatten(0, 1) if x.dim() == 3 else x)[self.rows]
+
+
 class SelfAttention(nn.Module):
     def __init__(self, config: RobertaConfig):
         super().__init__()
-        self.num_heads = config.num_heads
+        self.head_size = config.hidden_size // config.num_heads
         self.dropout = config.attention_dropout
         # One fused projection: a single matrix product instead of three.
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False, unpadded: Unpadded | None = None
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
+        unpadded: Unpadded | None = None,
     ) -> torch.Tensor:
-        qkv = self.qkv(x)
-        if unpadded is not None:
-            qkv = unpadded.pad(qkv)  # SDPA wants [B, heads, T, head size]: the real rows go back in place
-        batch, length, width = qkv.size(0), qkv.size(1), x.size(-1)
-        q, k, v = qkv.view(batch, length, 3, self.num_heads, width // self.num_heads).permute(2, 0, 3, 1, 4)
         dropout = self.dropout if self.training else 0.0
-        if first_only:
-            x, length = first_query_attention(q[:, :, :1], k, v, attn_mask, dropout), 1
-        else:
-            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
-        x = x.transpose(1, 2).reshape(batch, length, width)
-        return self.out_proj(unpadded.unpad(x) if unpadded is not None and not first_only else x)
+        qkv = self.qkv(x)  # keys and values everywhere; queries too (one product: int8 Linear layers cannot be sliced)
+        qkv_padded = unpadded.pad(qkv) if unpadded is not None else qkv  # SDPA wants [B, heads, T, head size]
+        q, k, v = self._heads(qkv_padded).chunk(3, dim=1)
+        if selected is None:
+            x = merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout))
+            return self.out_proj(unpadded.unpad(x) if unpadded is not None else x)
+        # The selected queries only, each sequence's in slots [B, slots].
+        q = selected.rows_of(qkv)[:, : x.size(-1)]
+        q_slots = q.new_zeros(*selected.query_positions.shape, q.size(-1)).index_put_((selected.batch, selected.slot), q)
+        x = merge_heads(selected_query_attention(self._heads(q_slots), k, v, attn_mask, dropout, selected.query_positions))
+        return self.out_proj(x[selected.batch, selected.slot])
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, n * H] → [B, n * heads, T, head size]: n projections' heads, each projection's together."""
+        return x.view(*x.shape[:2], x.size(-1) // self.head_size, self.head_size).transpose(1, 2)
 
 
-def first_query_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout: float
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, heads, T, head size] → [B, T, H]."""
+    return x.transpose(1, 2).flatten(2)
+
+
+def selected_query_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout: float,
+    query_positions: torch.Tensor,
 ) -> torch.Tensor:
-    """SDPA for the first query only, computed as SDPA's math kernel computes it (the kernel CPU
-    training takes: no other CPU kernel has dropout), its dropout mask drawn for every query
-    (`dropout_leading`)."""
+    """Attention for some queries ([B, heads, slots, head size], from `query_positions` [B, slots]).
+
+    With dropout, computed as SDPA's math kernel computes it (the kernel CPU training takes: no
+    other CPU kernel has dropout), its mask drawn for every query and read at the selected ones:
+    the random stream advances as the full attention's does."""
+    if dropout == 0:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
     scale = q.size(-1) ** -0.25  # the kernel scales q and k by sqrt(1 / sqrt(head size)) each
     scores = (q * scale) @ (k * scale).transpose(-2, -1)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
-    probs = dropout_leading(scores.softmax(-1), dropout, (*k.shape[:-1], k.size(-2)))
-    return probs @ v
-
-
-def dropout_leading(x: torch.Tensor, p: float, full_shape: tuple[int, ...]) -> torch.Tensor:
-    """Dropout on `x`, the leading block of a tensor of `full_shape`, with the mask drawn for the
-    whole tensor and read there: the random stream advances as dropout on the whole tensor
-    advances it, so every later number (and every number in x) is the full computation's."""
-    if p == 0:
-        return x
-    noise = x.new_empty(full_shape).bernoulli_(1 - p)[tuple(slice(0, n) for n in x.shape)]
-    return x * noise.div_(1 - p)
+    batch, heads, length = k.shape[:3]
+    noise = scores.new_empty(batch, heads, length, length).bernoulli_(1 - dropout)
+    noise = noise.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
+    return (scores.softmax(-1) * noise.div_(1 - dropout)) @ v
 
 
 class EncoderLayer(nn.Module):
@@ -112,21 +147,23 @@ class EncoderLayer(nn.Module):
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, first_only: bool = False, unpadded: Unpadded | None = None
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
+        unpadded: Unpadded | None = None,
     ) -> torch.Tensor:
         """[B, T, H] → [B, T, H], or with `unpadded` the real positions [N, H] → [N, H]; with
-        `first_only`, position 0's output only ([B, 1, H]), the keys and values still read from
-        every position."""
-        batch, length = (unpadded.batch, unpadded.length) if unpadded is not None else x.shape[:2]
+        `selected`, the selected positions' outputs only ([N_selected, H])."""
+        full_rows = x.size(0) * x.size(1) if x.dim() == 3 else None
 
         def dropout(y: torch.Tensor, module: nn.Dropout) -> torch.Tensor:
-            if not first_only or unpadded is not None:
+            if selected is None or full_rows is None or not module.training or module.p == 0:
                 return module(y)
-            return dropout_leading(y, module.p if module.training else 0.0, (batch, length, y.size(-1)))
+            # The mask drawn for every position and read at the selected ones: the full layer's random stream.
+            noise = y.new_empty(full_rows, y.size(-1)).bernoulli_(1 - module.p)[selected.flat]
+            return y * noise.div_(1 - module.p)
 
-        a = self.attention(x, attn_mask, first_only, unpadded)
-        if first_only:
-            x = x[unpadded.starts, None] if unpadded is not None else x[:, :1]
+        a = self.attention(x, attn_mask, selected, unpadded)
+        if selected is not None:
+            x = selected.rows_of(x)
         x = self.attention_layer_norm(x + dropout(a, self.dropout))
         h = self.fc2(dropout(F.gelu(self.fc1(x)), self.activation_dropout))
         return self.ffn_layer_norm(x + dropout(h, self.dropout))
@@ -229,15 +266,21 @@ class RobertaModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: torch.Tensor, return_all_hiddens: bool = False, first_only: bool = False, unpad: bool = False
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, first_only: bool = False, unpad: bool = False,
+        select: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H].
 
-        first_only: the last layer computes position 0 (`<s>`) only, all that a classification
-        head reads, so last_hidden_state is [B, 1, H] and most of one layer's work is saved. The
-        numbers are the full forward's `[:, :1]` to rounding, on the CPU dropout included (its
-        masks are drawn for every position and read at position 0, so the random stream is the
-        same); a GPU's fused dropout kernels draw differently: there, the same in distribution.
+        select: a boolean [B, T] mask; the last layer computes those positions only (their keys
+        and values still read every position) and last_hidden_state is their rows, [N, H] in the
+        order `hidden[select]` gives. The masked-LM loss selects the masked positions: the last
+        layer's products then run on ~15% of the tokens. The numbers are the full forward's at
+        those positions to rounding, on the CPU dropout included (its masks are drawn for every
+        position and read at the selected ones, so the random stream is the same); a GPU's fused
+        dropout kernels draw differently: there, the same in distribution.
+
+        first_only: select position 0 (`<s>`), all a classification head reads; last_hidden_state
+        is then [B, 1, H].
 
         unpad: the layers compute the real (non-padding) positions only, so a padded batch costs
         what its real tokens cost, but for attention (MosaicBERT's and ModernBERT's unpadding).
@@ -258,15 +301,24 @@ class RobertaModel(nn.Module):
         unpadded = Unpadded.of(padding) if unpad and attn_mask is not None else None
         if unpadded is not None:
             x = unpadded.unpad(x)
+        if select is not None and unpadded is not None and (select & padding).any():
+            raise UserError("select: with unpad=True only real (non-padding) positions can be selected")
+        if first_only:
+            select = torch.zeros_like(padding)
+            select[:, 0] = True
+        selected = Selected.of(select, unpadded, slots=1 if first_only else None) if select is not None else None
 
-        def restore(h: torch.Tensor) -> torch.Tensor:  # unpadded rows [N, H] back to [B, T, H]
-            return unpadded.pad(h) if unpadded is not None and h.dim() == 2 else h
+        def restore(h: torch.Tensor, selected: Selected | None) -> torch.Tensor:  # a layer's output as callers see it
+            if selected is not None:
+                return h[:, None] if first_only else h
+            return unpadded.pad(h) if unpadded is not None else h
 
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x, attn_mask, first_only and i == len(self.layers) - 1, unpadded)
+            x = layer(x, attn_mask, selected if i == last else None, unpadded)
             if hidden_states is not None:
-                hidden_states.append(restore(x))
-        return EncoderOutput(hidden_states[-1] if hidden_states is not None else restore(x), hidden_states)
+                hidden_states.append(restore(x, selected if i == last else None))
+        return EncoderOutput(hidden_states[-1] if hidden_states is not None else restore(x, selected), hidden_states)
 
     def lm_logits(self, hidden: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
         """Vocabulary logits; with a boolean `selected` mask, only for those positions ([N, V]).

@@ -36,7 +36,7 @@ from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan, tra
 
 @dataclass(frozen=True)
 class PretrainData:
-    """The [data] section of a pretraining job: how blocks are packed and masked."""
+    """The [data] section of a pretraining job: how blocks are packed and masked, and where the loss is computed."""
 
     format: str = "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair
     masking: str = "dynamic"  # dynamic | static
@@ -46,6 +46,9 @@ class PretrainData:
     whole_word: bool = False
     span_length: int = 1  # > 1: mask spans of this many tokens (or words)
     workers: int = 0  # DataLoader worker processes (0: batches built in the training process)
+    # The last layer computes the masked positions only (all the loss reads; the same loss and
+    # gradients, ~85% of that layer's products skipped); false: every position, as HF and fairseq do.
+    last_layer_masked_only: bool = True
 
     CHOICES: ClassVar = {"format": FORMATS, "masking": ("dynamic", "static")}
     RANGES: ClassVar = {"static_copies": ">0", "seq_len": ">0", "mask_prob": "(0,1)", "span_length": ">0", "workers": ">=0"}
@@ -67,6 +70,7 @@ def mlm_objective(
     seq_len: int,
     mask_prob: float,
     nsp: bool = False,
+    last_layer_masked_only: bool = True,
 ) -> Objective:
     def add_heads(model: RobertaModel) -> None:
         if nsp and NSP_HEAD not in model.heads:
@@ -87,24 +91,29 @@ def mlm_objective(
         train_batches=train_batches,
         eval_sets={"valid": eval_batches},
         counts=counts,
-        loss=lambda model, batch: mlm_loss(model, batch, nsp),
+        loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only),
         metrics=mlm_metrics,
         tokens=tokens,
-        # The LM head runs on the masked positions only: count it there.
-        flops_per_token=lambda config: training_flops_per_token(config, seq_len, head_tokens=mask_prob),
+        # The LM head (and the last layer, unless switched off) runs on the masked positions only: count it there.
+        flops_per_token=lambda config: training_flops_per_token(
+            config, seq_len, head_tokens=mask_prob, last_layer_tokens=mask_prob if last_layer_masked_only and not nsp else 1.0
+        ),
         # No RUN/best by default: a pretraining checkpoint is large and the last one is what is
         # used; --train.best_metric=loss keeps the lowest held-out loss as well.
         higher_is_better=False,
     )
 
 
-def mlm_loss(model: RobertaModel, batch: Batch, nsp: bool) -> dict[str, torch.Tensor]:
-    hidden = model(batch["tokens"]).last_hidden_state
+def mlm_loss(model: RobertaModel, batch: Batch, nsp: bool, last_layer_masked_only: bool = True) -> dict[str, torch.Tensor]:
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
-    # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small model's FLOPs).
-    logits = model.lm_logits(hidden, selected).float()
     targets = labels[selected]
+    if last_layer_masked_only and not nsp:  # (NSP reads `<s>` as well)
+        logits = model.lm_logits(model(batch["tokens"], select=selected).last_hidden_state).float()
+    else:
+        hidden = model(batch["tokens"]).last_hidden_state
+        # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small model's FLOPs).
+        logits = model.lm_logits(hidden, selected).float()
     out = {
         "mlm": F.cross_entropy(logits, targets, reduction="sum"),
         "mlm_correct": (logits.argmax(-1) == targets).sum(),
@@ -201,6 +210,7 @@ def pretrain(
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
         nsp=job.data.format in PAIR_FORMATS,
+        last_layer_masked_only=job.data.last_layer_masked_only,
     )
     run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
     return train(model, objective, job, out, tokenizer=tok, resume=resume, placement=placement, run_info=run_info)

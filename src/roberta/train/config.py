@@ -35,11 +35,12 @@ class ModelSection:
     max_positions: int | None = None
     dropout: float | None = None
     attention_dropout: float | None = None
+    init_std: float | None = None  # std of the normal initialisation (BERT's and fairseq's: 0.02)
 
     CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large")}
     RANGES: ClassVar = {
         "hidden_size": ">0", "num_layers": ">0", "num_heads": ">0", "ffn_size": ">0", "max_positions": ">0",
-        "dropout": "[0,1)", "attention_dropout": "[0,1)",
+        "dropout": "[0,1)", "attention_dropout": "[0,1)", "init_std": ">0",
     }
 
 

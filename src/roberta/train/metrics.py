@@ -111,13 +111,19 @@ def plot_curves(records: list[dict], out: Path) -> Path:
     return out
 
 
-def training_flops_per_token(config: RobertaConfig, seq_len: int, head_tokens: float = 0.0) -> float:
+def training_flops_per_token(
+    config: RobertaConfig, seq_len: int, head_tokens: float = 0.0, last_layer_tokens: float = 1.0
+) -> float:
     """6 FLOPs per parameter per token (forward + backward) in the layers, attention scores,
     and the LM head counted only on the fraction of tokens it actually runs on (`head_tokens`:
-    the masking rate in pretraining, 0 for a task that reads only `<s>` or span logits)."""
+    the masking rate in pretraining, 0 for a task that reads only `<s>` or span logits). The
+    last layer's attention, output projection and FFN are counted on `last_layer_tokens` of the
+    tokens (pretraining: the masking rate, when it computes the masked positions only)."""
     h, layers = config.hidden_size, config.num_layers
-    layer_params = layers * (4 * h * h + 2 * h * config.ffn_size)
-    attention = layers * 2 * 2 * seq_len * h  # QK^T and AV, forward
+    qkv = 3 * h * h  # every position's queries, keys and values, in every layer
+    rest = h * h + 2 * h * config.ffn_size  # the output projection and the FFN
+    layer_params = layers * qkv + (layers - 1 + last_layer_tokens) * rest
+    attention = (layers - 1 + last_layer_tokens) * 2 * 2 * seq_len * h  # QK^T and AV, forward
     lm_head = head_tokens * (h * h + h * config.vocab_size)
     return 6 * layer_params + 3 * attention + 6 * lm_head
 
