@@ -172,6 +172,9 @@ def main() -> None:
                    help="training masking rate (default 0.15); evaluation always masks 15%% of 128-token sequences")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--init-std", type=float, help="std of the normal initialisation (default: the preset's, 0.02)")
+    p.add_argument("--position-init", choices=("normal", "sinusoidal"), default="normal",
+                   help="the learned position embeddings start as the other weights do (normal) or as the original "
+                        "Transformer's sinusoids at the same std (still learned: the architecture is unchanged)")
     p.add_argument("--short-seq-len", type=int, help="train on sequences this long first (same tokens per batch)")
     p.add_argument("--short-fraction", type=float, default=0.0, help="share of the budget on --short-seq-len")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -200,10 +203,14 @@ def main() -> None:
         torch.manual_seed(args.seed)
         if side == "ours":
             contenders.append(Contender("ours", RobertaModel(config), ours_loss, ours_logits))
+            positions = contenders[-1].model.embed_positions.weight
         elif side == "hf":
             contenders.append(Contender("HF transformers", hf_model(config), hf_loss, hf_logits))
+            positions = contenders[-1].model.roberta.embeddings.position_embeddings.weight
         else:
             p.error(f"--sides: unknown side {side!r}")
+        if args.position_init == "sinusoidal":
+            sinusoidal_positions(positions, config.padding_idx, config.init_std)
     optim = OptimSection(lr=args.lr, weight_decay=args.weight_decay)
     for c in contenders:
         c.model.train()
@@ -275,6 +282,19 @@ def model_config(
     if init_std is not None:
         sizes["init_std"] = init_std
     return RobertaConfig.preset(preset, vocab_size=vocab_size, max_positions=seq_len + 2, **sizes)
+
+
+@torch.no_grad()
+def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> None:
+    """A learned position table [P, H] overwritten with sin/cos of the position at geometric
+    frequencies (Vaswani et al.), scaled to RMS `std`; position ids start after padding_idx, whose
+    row (and the rows before it) stay zero."""
+    width = weight.size(1)
+    position = torch.arange(weight.size(0) - padding_idx - 1, dtype=torch.float32)[:, None]
+    angle = position * 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32) / width)
+    weight.zero_()
+    weight[padding_idx + 1 :, 0::2] = angle.sin() * std * math.sqrt(2)
+    weight[padding_idx + 1 :, 1::2] = angle.cos() * std * math.sqrt(2)
 
 
 def unigram_baseline(train_set: PretrainDataset, valid: list[dict]) -> float:

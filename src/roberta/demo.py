@@ -5,7 +5,8 @@
 2. a byte-level BPE tokenizer trained on it (8K ids);
 3. the corpus prepared (binarized, 2% of modules held out for validation);
 4. pretraining with the CPU recipe, configs/pretrain-cpu-20min.toml: the tiny preset narrowed
-   to 2 layers x 128, no dropout, 40% of tokens masked, batches of 8 x 128 tokens, peak LR 1e-3;
+   to 2 layers x 128, initialised at std 0.05, no dropout, 40% of tokens masked, batches of
+   8 x 128 tokens, peak LR 1.5e-3;
 5. fill-mask on a few docstring-like sentences, and where the curves and checkpoint are.
 
 Why so small: on a CPU the budget is a few TFLOPs, and a post-LN encoder first sits on the

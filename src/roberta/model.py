@@ -30,16 +30,13 @@ class Unpadded(NamedTuple):
     """Where a right-padded batch's real tokens are: the layers' matrix products and LayerNorms
     run on those rows alone ([N, H]), and attention puts them back in place ([B, T, ...])."""
 
-    index: torch.Tensor  # [N]: the real positions in the flattened [B * T]
-    starts: torch.Tensor  # [B]: each sequence's first token (`<s>`) among the N rows
+    index: torch.Tensor  # [N]: the real positions in the flattened [B * T], ascending
     batch: int
     length: int
 
     @classmethod
     def of(cls, padding: torch.Tensor) -> Unpadded:
-        real = ~padding
-        counts = real.sum(dim=1)
-        return cls(real.flatten().nonzero().squeeze(1), counts.cumsum(0) - counts, *padding.shape)
+        return cls((~padding).flatten().nonzero().squeeze(1), *padding.shape)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         return x.flatten(0, 1)[self.index]
