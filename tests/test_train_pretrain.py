@@ -7,6 +7,7 @@ import pytest
 
 from roberta import checkpoint
 from roberta.cli import main
+from roberta.model import Selected
 
 MICRO = [
     "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
@@ -118,14 +119,19 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
 
 
 @pytest.mark.parametrize("switch", ["--optim.implementation", "--data.last_layer_masked_only"])
-def test_speed_switches_give_the_same_run_through_the_cli(corpus, tmp_path, switch):
+def test_speed_switches_give_the_same_run_through_the_cli(corpus, tmp_path, switch, monkeypatch):
     """Each speed switch through `roberta pretrain` on a prepared corpus (fused vs foreach AdamW;
     the last layer at the masked positions only vs everywhere): equal losses to 1e-5, and every
     logged training record says how long the step waited for the loader."""
+    selections = []
+    of = Selected.of
+    monkeypatch.setattr(Selected, "of", lambda *args, **kwargs: selections.append(1) or of(*args, **kwargs))
     losses = {}
     for value in {"--optim.implementation": ("fused", "foreach"), "--data.last_layer_masked_only": ("true", "false")}[switch]:
         run = tmp_path / value
+        selections.clear()
         assert pretrain(corpus, run, "--train.max_steps=6", f"{switch}={value}") == 0
+        assert bool(selections) == (value != "false")  # the switch reaches the model through the CLI
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in records if r["split"] == "train"]
         assert all(0 <= r["data_wait"] < 1 for r in train)
