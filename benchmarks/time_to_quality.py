@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from roberta.config import RobertaConfig
 from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
-from roberta.model import RobertaModel
+from roberta.model import RobertaModel, sinusoidal_positions
 from roberta.train.config import OptimSection, ScheduleSection
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 
@@ -282,19 +282,6 @@ def model_config(
     if init_std is not None:
         sizes["init_std"] = init_std
     return RobertaConfig.preset(preset, vocab_size=vocab_size, max_positions=seq_len + 2, **sizes)
-
-
-@torch.no_grad()
-def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> None:
-    """A learned position table [P, H] overwritten with sin/cos of the position at geometric
-    frequencies (Vaswani et al.), scaled to RMS `std`; position ids start after padding_idx, whose
-    row (and the rows before it) stay zero."""
-    width = weight.size(1)
-    position = torch.arange(weight.size(0) - padding_idx - 1, dtype=torch.float32)[:, None]
-    angle = position * 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32) / width)
-    weight.zero_()
-    weight[padding_idx + 1 :, 0::2] = angle.sin() * std * math.sqrt(2)
-    weight[padding_idx + 1 :, 1::2] = angle.cos() * std * math.sqrt(2)
 
 
 def unigram_baseline(train_set: PretrainDataset, valid: list[dict]) -> float:

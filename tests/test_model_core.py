@@ -1,12 +1,13 @@
 """The model's own properties, independent of any foreign implementation."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
 
 from roberta import RobertaConfig, RobertaModel, UserError
-from roberta.model import make_positions
+from roberta.model import make_positions, sinusoidal_positions
 
 MICRO = RobertaConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
 
@@ -59,6 +60,20 @@ def test_initialisation_zeroes_padding_rows_and_biases():
     assert model.layers[0].fc1.bias.abs().sum() == 0
     assert 0.015 < model.layers[0].fc1.weight.std().item() < 0.025
     assert model.lm_head.weight is model.embed_tokens.weight
+
+
+def test_sinusoidal_positions_start_the_table_as_sines_at_the_init_scale():
+    weight = torch.randn(34, 64)
+    sinusoidal_positions(weight, padding_idx=1, std=0.05)
+    assert weight[:2].abs().sum() == 0  # the row before padding and padding's own: never addressed
+    first = weight[2]  # position 0 (tokens' positions start after padding_idx)
+    assert first[0::2].abs().max() == 0 and torch.allclose(first[1::2], torch.full((32,), 0.05 * 2**0.5))
+    # position 5, the fastest frequency (1 radian per position) and the slowest (10000^(-62/64))
+    assert weight[7, 0].item() == pytest.approx(0.05 * 2**0.5 * math.sin(5), rel=1e-5)
+    assert weight[7, 63].item() == pytest.approx(0.05 * 2**0.5 * math.cos(5 * 10000 ** (-62 / 64)), rel=1e-5)
+    assert weight[2:].pow(2).mean().sqrt().item() == pytest.approx(0.05, rel=0.02)
+    distances = torch.cdist(weight[2:], weight[2:])
+    assert distances[0, 1] < distances[0, 8] < distances[0, 31]  # near positions start near
 
 
 def test_padding_does_not_change_real_tokens_outputs():

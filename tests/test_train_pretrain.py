@@ -4,10 +4,11 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from roberta import checkpoint
 from roberta.cli import main
-from roberta.model import Selected
+from roberta.model import Selected, sinusoidal_positions
 
 MICRO = [
     "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
@@ -51,6 +52,22 @@ def test_pretrain_resume_and_init_from(corpus, tmp_path, capsys):
     records = [json.loads(line) for line in (other / "metrics.jsonl").read_text().splitlines()]
     fresh = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["loss"] < fresh[0]["loss"] - 0.2
+
+
+def test_sinusoidal_position_init_reaches_the_model_through_the_cli(corpus, tmp_path):
+    """`--model.position_init=sinusoidal` (configs/pretrain-cpu-20min.toml's): the position table
+    starts as sinusoids; one step at a tiny learning rate leaves it there. The default is normal."""
+    tables = {}
+    for value in ("sinusoidal", "normal"):
+        run = tmp_path / value
+        assert pretrain(corpus, run, "--train.max_steps=1", "--optim.lr=1e-9", f"--model.position_init={value}") == 0
+        model = checkpoint.load(run / "checkpoints" / "step-00000001")[0]
+        tables[value] = model.embed_positions.weight.detach().clone()
+    expected = torch.empty_like(tables["sinusoidal"])
+    sinusoidal_positions(expected, padding_idx=1, std=0.02)
+    assert torch.allclose(tables["sinusoidal"], expected, atol=1e-6)
+    assert not torch.allclose(tables["normal"], expected, atol=1e-3)
+    assert main(["pretrain", "--data", "x", "--out", str(tmp_path / "bad"), "--model.position_init=rotary"]) != 0
 
 
 def test_pair_format_trains_an_nsp_head(corpus, tmp_path):

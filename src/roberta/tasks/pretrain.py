@@ -28,7 +28,7 @@ from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.data.packing import FORMATS, PAIR_FORMATS
 from roberta.errors import UserError
-from roberta.model import RobertaModel
+from roberta.model import RobertaModel, sinusoidal_positions
 from roberta.train import distributed
 from roberta.train.config import JobConfig, load_job_config, scaled
 from roberta.train.metrics import training_flops_per_token
@@ -182,6 +182,8 @@ def pretrain(
         model.train()
     else:
         model = RobertaModel(job.model_config(specials.vocab_size, specials.pad_id))
+        if job.model.position_init == "sinusoidal":
+            sinusoidal_positions(model.embed_positions.weight, model.config.padding_idx, model.config.init_std)
     if job.data.seq_len > model.config.max_seq_len:
         raise UserError(f"data.seq_len = {job.data.seq_len} exceeds the model's {model.config.max_seq_len} positions")
 

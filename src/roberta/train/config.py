@@ -36,8 +36,11 @@ class ModelSection:
     dropout: float | None = None
     attention_dropout: float | None = None
     init_std: float | None = None  # std of the normal initialisation (BERT's and fairseq's: 0.02)
+    # How the position table starts when the model is built from scratch: "normal" like every
+    # other weight, or "sinusoidal" (RobertaModel.init_sinusoidal_positions; still learned).
+    position_init: str = "normal"
 
-    CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large")}
+    CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large"), "position_init": ("normal", "sinusoidal")}
     RANGES: ClassVar = {
         "hidden_size": ">0", "num_layers": ">0", "num_heads": ">0", "ffn_size": ">0", "max_positions": ">0",
         "dropout": "[0,1)", "attention_dropout": "[0,1)", "init_std": ">0",
@@ -118,7 +121,8 @@ class JobConfig:
 
     def model_config(self, vocab_size: int, padding_idx: int = 1) -> RobertaConfig:
         m = self.model
-        chosen = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "preset"}
+        not_config_fields = ("preset", "position_init")
+        chosen = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in not_config_fields}
         overrides = {k: v for k, v in chosen.items() if v is not None}
         return RobertaConfig.preset(m.preset, vocab_size=vocab_size, padding_idx=padding_idx, **overrides)
 
