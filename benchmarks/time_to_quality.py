@@ -12,16 +12,17 @@ The difference is the model code: ours computes the last layer and scores the vo
 at masked positions (HF computes every position), runs one fused QKV matrix product and no
 padding mask when there is no padding.
 
-The recipe knobs (--dropout, --mask-prob, --lr, --batch, --warmup-fraction, --shape, a shorter
-first phase with --short-seq-len/--short-fraction) change what both sides train with; evaluation is
-the same for every recipe (8 x 128-token held-out sequences per batch, 15% masked), so runs with
-different recipes compare. `--sides ours --clock cpu --threads 1` is the recipe search: one side, a
-budget in this process' CPU seconds, so two searches can share the two cores.
+The recipe knobs (--dropout, --mask-prob, --lr, --batch, --warmup-fraction, --shape, --init-std,
+--position-init, a shorter first phase with --short-seq-len/--short-fraction) change what both
+sides train with; evaluation is the same for every recipe (8 x 128-token held-out sequences per
+batch, 15% masked), so runs with different recipes compare. `--sides ours --clock cpu --threads 1`
+is the recipe search: one side, a budget in this process' CPU seconds, so two searches can share
+the two cores.
 
     .venv/bin/python benchmarks/time_to_quality.py --minutes 20                    # the tiny preset
     .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8   # what a CPU can train
-    .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8 --dropout 0 --mask-prob 0.4 \
-        --threads 1 --clock cpu                                                   # configs/pretrain-cpu-20min.toml
+    .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8 --lr 1.5e-3 --init-std 0.05 \
+        --position-init sinusoidal --dropout 0 --mask-prob 0.4                   # configs/pretrain-cpu-20min.toml
 """
 
 from __future__ import annotations

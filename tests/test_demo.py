@@ -42,7 +42,7 @@ def test_the_cpu_recipe_keeps_the_architecture_and_measured_knobs():
     job = load_pretrain_job(RECIPE)
     config = job.model_config(vocab_size=8192)
     assert (config.num_layers, config.hidden_size, config.dropout, config.attention_dropout) == (2, 128, 0.0, 0.0)
-    assert config.init_std == 0.05 and job.optim.lr == 1.5e-3
+    assert config.init_std == 0.05 and job.model.position_init == "sinusoidal" and job.optim.lr == 1.5e-3
     assert config.max_seq_len >= job.data.seq_len
     assert job.data.mask_prob > 0.15 and job.train.batch_size == 8
 
