@@ -74,12 +74,13 @@ def embed_rows(output: str) -> list[Row]:
                 goal=1.3)]  # embed_throughput.GOAL_VS_HF (issue #13)
 
 
-# Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU. Fine-tuning runs six updates
-# per task (SST-2 192 at batch 32, RTE 96 and SQuAD 96 questions at 16): with two or three, the
-# first update's start-up (allocations, thread pools) weighed on both sides and the ratio said
-# more about start-up than about the training step. If it runs over, base@128 is the row to move
-# to `full`. `full` adds base@512, more slices and repeats, the base shape for
-# fine-tuning and the existing scripts' documented sizes. `smoke` runs every row at minimal sizes.
+# Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU (12.4 on 2026-11-24).
+# Fine-tuning runs six updates per task (SST-2 192 examples at batch 32, RTE 96 and SQuAD 96
+# questions at 16): with two or three, the first update (it carries each side's warm-up) weighed
+# on the ratio (SST-2 and RTE 1.75x at 96 / 32 examples, 2.29x / 2.21x at these sizes). If it runs
+# over, base@128 is the row to move to `full`. `full` adds base@512, more slices and repeats, the
+# base shape for fine-tuning and the existing scripts' documented sizes. `smoke` runs every row at
+# minimal sizes.
 PLANS: dict[str, list[Job]] = {
     "smoke": [
         Job("pretrain", "pretrain_step.py", ("--shapes", "tiny:2x128@64", "--batch", "4", "--slices", "2")),
