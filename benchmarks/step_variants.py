@@ -6,13 +6,15 @@
             `full last layer`, the classification loss with every position through the last
             layer (as before), and `first_only`, the loss as `tasks/classify.py` computes it (the
             last layer computes `<s>` only).
-  pretrain  the `roberta pretrain` step at tiny@128: batch 16 x 128, vocabulary 50,265, random
-            ids, 15% of positions masked. Sides: `mlm_loss` (`tasks.pretrain.mlm_loss`: the last
-            layer and the LM head at the masked positions, then cross-entropy), `last layer
-            everywhere` (the same with `last_layer_masked_only=False`, as before), and `chunked LM
+  pretrain  the `roberta pretrain` step at tiny@128 (--preset): batch 16 x 128, vocabulary 50,265,
+            random ids, 15% of positions masked. Sides: `mlm_loss` (`tasks.pretrain.mlm_loss`: the
+            last layer and the LM head at the masked positions, then cross-entropy), `last layer
+            everywhere` (the same with `last_layer_masked_only=False`, as before), `chunked LM
             loss`, the LM projection and the loss in one pass over row chunks (`ChunkedLMLoss`
             below: logits, loss, argmax and the gradient of the logits formed chunk by chunk, the
-            two products of the backward left to it; not adopted: see benchmarks/RESULTS.md).
+            two products of the backward left to it; not adopted: see benchmarks/RESULTS.md), and
+            `torch dropout masks`, `mlm_loss` with torch's dropout masks instead of our fast ones
+            (`[train] dropout_masks`; another random stream, so --check reports a difference).
 
 A step is what the trainer runs (trainer.py): the objective's summed loss over the batch's counts,
 backward, fused AdamW through `trainer.apply_update`, and the per-step bookkeeping (counts and
@@ -25,6 +27,8 @@ the same weights and seed (dropout on) and reports the largest relative differen
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/step_variants.py finetune --threads 1 --check 20
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/step_variants.py pretrain --threads 1 --check 20
+    .venv/bin/python benchmarks/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
+        --sides "mlm_loss,torch dropout masks"
 """
 
 from __future__ import annotations
@@ -130,7 +134,16 @@ def finetune_setup(data: Path, count: int) -> tuple:
     return model, objective, sides, batches, job.optim
 
 
-def pretrain_setup(count: int) -> tuple:
+def torch_masks_mlm_loss(model: RobertaModel, batch: dict) -> dict[str, torch.Tensor]:
+    """`mlm_loss` with torch's dropout masks (the forward draws them all; the model is shared)."""
+    model.set_dropout_masks("torch")
+    try:
+        return mlm_loss(model, batch, nsp=False)
+    finally:
+        model.set_dropout_masks("fast")
+
+
+def pretrain_setup(count: int, preset: str) -> tuple:
     from roberta.config import RobertaConfig
 
     generator = torch.Generator().manual_seed(1)
@@ -144,12 +157,13 @@ def pretrain_setup(count: int) -> tuple:
 
     def model() -> RobertaModel:
         torch.manual_seed(0)
-        return RobertaModel(RobertaConfig.preset("tiny"))
+        return RobertaModel(RobertaConfig.preset(preset))
 
     sides = {
         "mlm_loss": lambda m, batch: mlm_loss(m, batch, nsp=False),
         "last layer everywhere": lambda m, batch: mlm_loss(m, batch, nsp=False, last_layer_masked_only=False),
         "chunked LM loss": chunked_mlm_loss,
+        "torch dropout masks": torch_masks_mlm_loss,
     }
     return model, objective, sides, batches, OptimSection()
 
@@ -219,6 +233,8 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=4, help="batches per slice (default 4)")
     p.add_argument("--slices", type=int, default=6)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--preset", default="tiny", choices=["tiny", "base"], help="pretrain: the model (default tiny)")
+    p.add_argument("--sides", default="", help="pretrain: a comma-separated subset of the sides (default all)")
     p.add_argument("--check", type=int, default=0, metavar="N", help="first compare the sides' losses over N steps")
     p.add_argument("--profile", action="store_true", help="first print each side's steps by operator")
     p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
@@ -227,7 +243,9 @@ def main() -> None:
     if args.task == "finetune":
         make_model, objective, sides, batches, optim = finetune_setup(args.data, args.batches)
     else:
-        make_model, objective, sides, batches, optim = pretrain_setup(args.batches)
+        make_model, objective, sides, batches, optim = pretrain_setup(args.batches, args.preset)
+        if args.sides:
+            sides = {name: sides[name] for name in args.sides.split(",")}
     shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches)
     real = sum(int(b["tokens"].ne(1).sum()) for b in batches) / sum(len(b["tokens"]) for b in batches)
     print(f"{args.task}: batches {shapes} (mean {real:.0f} real tokens per sequence); {args.threads} thread(s); "

@@ -76,11 +76,54 @@ class Selected(NamedTuple):
         return (x.flatten(0, 1) if x.dim() == 3 else x)[self.rows]
 
 
+DROPOUT_MASKS = ("fast", "torch")
+
+
+class Dropout(nn.Module):
+    """Dropout at rate `p`, its masks drawn one of two ways (`masks`, `[train] dropout_masks`):
+
+    - "fast" (the default): on the CPU a mask is drawn as 15-bit random integers, two from each
+      32-bit draw, dropping those below p * 32768: p is rounded to a multiple of 1/32768 (0.1 →
+      0.100006) and what is kept is scaled by 1 / (1 - that p), so the expectation is exact. The
+      mask is kept as booleans. torch draws one float per element on one thread (`bernoulli_`),
+      about 3x the cost: 4% of a base@128 CPU step (benchmarks/RESULTS.md). On other devices
+      torch's fused kernels, which cost little there.
+    - "torch": torch's dropout (and SDPA's) everywhere: the random stream of torch and of HF
+      transformers, so a seeded training step is theirs to the bit, dropout on.
+    """
+
+    def __init__(self, p: float, masks: str = "fast"):
+        super().__init__()
+        self.p = p
+        self.masks = masks
+
+    def draws_own(self, device: torch.device) -> bool:
+        return self.masks == "fast" and device.type == "cpu"
+
+    def mask(self, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """A mask for a tensor of `shape` (the dtype and device of `like`) and the scale of what it
+        keeps: `x * mask * scale` drops x out. Drawn for a whole tensor, a mask can be read at some
+        of its elements (the selected positions)."""
+        if not self.draws_own(like.device):  # torch's multiplier, computed as its dropout kernel computes it
+            return like.new_empty(shape).bernoulli_(1 - self.p).div_(1 - self.p), 1.0
+        numel, dropped = math.prod(shape), min(round(self.p * 32768), 32767)
+        bits = torch.empty((numel + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:numel]  # 31 random bits each
+        return (bits & 0x7FFF).ge(dropped).view(shape), 32768 / (32768 - dropped)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if not self.draws_own(x.device):
+            return F.dropout(x, self.p, training=True)
+        mask, scale = self.mask(x.shape, x)
+        return x * mask * scale
+
+
 class SelfAttention(nn.Module):
     def __init__(self, config: RobertaConfig):
         super().__init__()
         self.head_size = config.hidden_size // config.num_heads
-        self.dropout = config.attention_dropout
+        self.dropout = Dropout(config.attention_dropout)
         # One fused projection: a single matrix product instead of three.
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
@@ -89,17 +132,16 @@ class SelfAttention(nn.Module):
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
         unpadded: Unpadded | None = None,
     ) -> torch.Tensor:
-        dropout = self.dropout if self.training else 0.0
         qkv = self.qkv(x)  # keys and values everywhere; queries too (one product: int8 Linear layers cannot be sliced)
         qkv_padded = unpadded.pad(qkv) if unpadded is not None else qkv  # SDPA wants [B, heads, T, head size]
         q, k, v = self._heads(qkv_padded).chunk(3, dim=1)
         if selected is None:
-            x = merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout))
+            x = merge_heads(attention(q, k, v, attn_mask, self.dropout))
             return self.out_proj(unpadded.unpad(x) if unpadded is not None else x)
         # The selected queries only, each sequence's in slots [B, slots].
         q = selected.rows_of(qkv)[:, : x.size(-1)]
         q_slots = q.new_zeros(*selected.query_positions.shape, q.size(-1)).index_put_((selected.batch, selected.slot), q)
-        x = merge_heads(selected_query_attention(self._heads(q_slots), k, v, attn_mask, dropout, selected.query_positions))
+        x = merge_heads(attention(self._heads(q_slots), k, v, attn_mask, self.dropout, selected.query_positions))
         return self.out_proj(x[selected.batch, selected.slot])
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -112,25 +154,29 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).flatten(2)
 
 
-def selected_query_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout: float,
-    query_positions: torch.Tensor,
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout: Dropout,
+    query_positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Attention for some queries ([B, heads, slots, head size], from `query_positions` [B, slots]).
+    """Scaled dot-product attention; with `query_positions` [B, slots], `q` holds the queries at
+    those positions only ([B, heads, slots, head size]).
 
-    With dropout, computed as SDPA's math kernel computes it (the kernel CPU training takes: no
-    other CPU kernel has dropout), its mask drawn for every query and read at the selected ones:
+    SDPA where its kernels can do the work. Otherwise (our dropout masks, or some queries only,
+    in training) SDPA's math kernel written out, the kernel CPU training takes anyway (no other
+    CPU kernel has dropout): the mask is drawn for every query and read at the selected ones, so
     the random stream advances as the full attention's does."""
-    if dropout == 0:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    p = dropout.p if dropout.training else 0.0
+    if p == 0 or (query_positions is None and not dropout.draws_own(q.device)):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
     scale = q.size(-1) ** -0.25  # the kernel scales q and k by sqrt(1 / sqrt(head size)) each
     scores = (q * scale) @ (k * scale).transpose(-2, -1)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     batch, heads, length = k.shape[:3]
-    noise = scores.new_empty(batch, heads, length, length).bernoulli_(1 - dropout)
-    noise = noise.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
-    return (scores.softmax(-1) * noise.div_(1 - dropout)) @ v
+    mask, keep_scale = dropout.mask((batch, heads, length, length), scores)
+    if query_positions is not None:
+        mask = mask.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
+    return (scores.softmax(-1) * mask * keep_scale) @ v
 
 
 class EncoderLayer(nn.Module):
@@ -141,8 +187,8 @@ class EncoderLayer(nn.Module):
         self.fc1 = nn.Linear(config.hidden_size, config.ffn_size)
         self.fc2 = nn.Linear(config.ffn_size, config.hidden_size)
         self.ffn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
-        self.activation_dropout = nn.Dropout(config.activation_dropout)
+        self.dropout = Dropout(config.dropout)
+        self.activation_dropout = Dropout(config.activation_dropout)
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
@@ -152,12 +198,12 @@ class EncoderLayer(nn.Module):
         `selected`, the selected positions' outputs only ([N_selected, H])."""
         full_rows = x.size(0) * x.size(1) if x.dim() == 3 else None
 
-        def dropout(y: torch.Tensor, module: nn.Dropout) -> torch.Tensor:
+        def dropout(y: torch.Tensor, module: Dropout) -> torch.Tensor:
             if selected is None or full_rows is None or not module.training or module.p == 0:
                 return module(y)
             # The mask drawn for every position and read at the selected ones: the full layer's random stream.
-            noise = y.new_empty(full_rows, y.size(-1)).bernoulli_(1 - module.p)[selected.flat]
-            return y * noise.div_(1 - module.p)
+            mask, scale = module.mask((full_rows, y.size(-1)), y)
+            return y * mask[selected.flat] * scale
 
         a = self.attention(x, attn_mask, selected, unpadded)
         if selected is not None:
@@ -193,7 +239,7 @@ class ClassificationHead(nn.Module):
         super().__init__()
         inner_dim = inner_dim or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, inner_dim)
-        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.dropout = Dropout(config.classifier_dropout)
         self.out_proj = nn.Linear(inner_dim, num_classes)
         self.labels = tuple(labels)
 
@@ -259,10 +305,11 @@ class RobertaModel(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.padding_idx)
         self.embed_positions = nn.Embedding(config.max_positions, config.hidden_size, config.padding_idx)
         self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
         self.lm_head = LMHead(config, self.embed_tokens.weight)
         self.heads = nn.ModuleDict()
+        self.dropout_masks = "fast"
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -353,6 +400,16 @@ class RobertaModel(nn.Module):
         """Attach a task head (ClassificationHead, SpanHead) under a name, initialised as the model is."""
         head.apply(self._init_weights)
         self.heads[name] = head
+        self.set_dropout_masks(self.dropout_masks)
+
+    def set_dropout_masks(self, masks: str) -> None:
+        """How every dropout draws its masks, heads included: "fast" (the default) or "torch"; see `Dropout`."""
+        if masks not in DROPOUT_MASKS:
+            raise UserError(f"dropout masks {masks!r}: expected one of {', '.join(DROPOUT_MASKS)}")
+        self.dropout_masks = masks
+        for module in self.modules():
+            if isinstance(module, Dropout):
+                module.masks = masks
 
     def remove_head(self, name: str) -> None:
         self._require_head(name)
