@@ -230,7 +230,9 @@ def main() -> None:
     block = (
         f"## Side by side: ours vs HF transformers and plain encoders (`{command}`)\n\n"
         f"Measured {date} by `{command}` in {harness.elapsed(started)}: {harness.machine()}; "
-        f"{harness.versions()}; threads per side: {args.threads}; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s "
+        f"{harness.versions()}; threads per side: {args.threads}; large tensors on huge pages for both sides: "
+        f"{'yes' if harness.thread_env(args.threads)['THP_MEM_ALLOC_ENABLE'] == '1' else 'no'} "
+        f"(THP_MEM_ALLOC_ENABLE); fp32 matmul peak {peak / 1e9:.1f} GFLOP/s "
         f"(2048 x 2048, best of 3). Each figure: median over slices (min–max); the ratio is the median of "
         f"the per-slice ratios.\n\n"
         f"{harness.format_table(rows)}\n\n{NOTES}"
