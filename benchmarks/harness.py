@@ -165,8 +165,8 @@ def thread_env(threads: int) -> dict[str, str]:
     """The environment for a measured subprocess: both sides get the same thread count, and large
     tensors on huge pages as the `roberta` command sets for itself (HF gains from it too: the ratio
     measures the code, not the allocator); THP_MEM_ALLOC_ENABLE in our environment overrides it."""
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1"), "TRANSFORMERS_VERBOSITY": "error"}
+    return {"THP_MEM_ALLOC_ENABLE": "1", **os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "TRANSFORMERS_VERBOSITY": "error"}
 
 
 def peak_matmul_flops(threads: int) -> float:

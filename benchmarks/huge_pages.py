@@ -2,8 +2,9 @@
 
 torch reads the setting once, at its first allocation, so each side is its own process; rounds
 alternate the two, the first rotating. A process builds the preset (random init), takes one
-warm-up step, then `--steps` timed steps of `tasks.pretrain.mlm_loss` + backward + fused AdamW
-on one batch of 16 random sequences with 15% masked, dropout on (fast masks), and reports wall
+warm-up step, then `--steps` timed steps of the trainer's step as `step_variants.py` takes it
+(`tasks.pretrain.mlm_loss`, backward, fused AdamW) on one batch of 16 x 128 random ids with 15%
+masked, dropout on (fast masks), and reports wall
 seconds per step, minor page faults per step, user and system CPU seconds per step, and its
 losses (the two sides' must be equal: the setting moves memory, not arithmetic).
 
@@ -26,35 +27,16 @@ import harness
 SIDES = {"huge pages": "1", "4 KB pages": "0"}
 
 
-def child(preset: str, seq: int, steps: int) -> None:
-    import torch
+def child(preset: str, steps: int) -> None:
+    from step_variants import Stepper, pretrain_setup
 
-    from roberta import RobertaConfig, RobertaModel
-    from roberta.data.masking import IGNORE_INDEX
-    from roberta.tasks.pretrain import mlm_loss
-
-    generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(4, 50265, (16, seq), generator=generator)
-    tokens[:, 0], tokens[:, -1] = 0, 2
-    masked = torch.rand(16, seq, generator=generator) < 0.15
-    batch = {"tokens": tokens, "labels": torch.where(masked, tokens, IGNORE_INDEX)}
-    torch.manual_seed(0)
-    model = RobertaModel(RobertaConfig.preset(preset)).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
-    losses = []
-
-    def step() -> None:
-        loss = mlm_loss(model, batch, nsp=False)["mlm"]
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-
-    step()  # warm-up: optimizer state, thread pools
+    make_model, objective, sides, batches, optim = pretrain_setup(1, preset)
+    step = Stepper(make_model(), objective, sides["mlm_loss"], optim)
+    losses = [step(batches[0])]  # warm-up: optimizer state, thread pools
     before, times = resource.getrusage(resource.RUSAGE_SELF), []
     for _ in range(steps):
         started = time.perf_counter()
-        step()
+        losses.append(step(batches[0]))
         times.append(time.perf_counter() - started)
     after = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({
@@ -66,22 +48,20 @@ def child(preset: str, seq: int, steps: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="base", choices=["tiny", "base"])
-    p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=3, help="timed steps per process (default 3)")
     p.add_argument("--rounds", type=int, default=2, help="processes per side (default 2)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        return child(args.preset, args.seq, args.steps)
-    print(f"{args.preset}@{args.seq}, batch 16, {args.threads} threads; {harness.machine()}; {harness.versions()}")
+        return child(args.preset, args.steps)
+    print(f"{args.preset}@128, batch 16, {args.threads} threads; {harness.machine()}; {harness.versions()}")
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     order = list(SIDES)
     for round_ in range(args.rounds):
         for side in order[round_ % 2 :] + order[: round_ % 2]:
             env = {**harness.thread_env(args.threads), "THP_MEM_ALLOC_ENABLE": SIDES[side]}
-            argv = [sys.executable, __file__, "--child", "--preset", args.preset, "--seq", str(args.seq),
-                    "--steps", str(args.steps)]
+            argv = [sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)]
             out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True, cwd=os.path.dirname(__file__))
             runs[side].append(json.loads(out.stdout.splitlines()[-1]))
             print(f"  round {round_ + 1} {side}: {[round(s, 2) for s in runs[side][-1]['seconds']]} s", flush=True)

@@ -45,7 +45,7 @@ def test_first_20_losses_match_the_recorded_curve(masks, tmp_path, one_thread):
     assert losses[-1] < losses[0]  # and the curve is a learning one
 
 
-def test_the_dropout_masks_differ_as_streams_and_agree_in_distribution(tmp_path, one_thread):
+def test_the_dropout_masks_differ_as_streams_and_agree_in_distribution():
     """The two mask samplers are two random streams of the same dropout: the curves are not equal
     (so the switch reached the model), yet step by step within the spread dropout itself makes."""
     recorded = json.loads(GOLDEN.read_text())["losses"]

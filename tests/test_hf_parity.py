@@ -63,7 +63,6 @@ def test_tiny_parity_holds_with_eager_attention(tmp_path):
     assert_close(our_outputs(read_hf(tmp_path / "hf")[0], tokens), hf_outputs(hf, tokens))
 
 
-
 @pytest.mark.parametrize("masks", ["torch", "fast"])
 def test_in_training_torchs_dropout_masks_give_hfs_step(masks, tmp_path):
     """Dropout on, the same seed: with `dropout_masks = "torch"` our training forward and its

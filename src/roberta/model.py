@@ -309,7 +309,6 @@ class RobertaModel(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
         self.lm_head = LMHead(config, self.embed_tokens.weight)
         self.heads = nn.ModuleDict()
-        self.dropout_masks = "fast"
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -400,13 +399,12 @@ class RobertaModel(nn.Module):
         """Attach a task head (ClassificationHead, SpanHead) under a name, initialised as the model is."""
         head.apply(self._init_weights)
         self.heads[name] = head
-        self.set_dropout_masks(self.dropout_masks)
+        self.set_dropout_masks(self.dropout.masks)  # a head added later draws as the model does
 
     def set_dropout_masks(self, masks: str) -> None:
         """How every dropout draws its masks, heads included: "fast" (the default) or "torch"; see `Dropout`."""
         if masks not in DROPOUT_MASKS:
             raise UserError(f"dropout masks {masks!r}: expected one of {', '.join(DROPOUT_MASKS)}")
-        self.dropout_masks = masks
         for module in self.modules():
             if isinstance(module, Dropout):
                 module.masks = masks
