@@ -7,9 +7,12 @@
             layer (as before), and `first_only`, the loss as `tasks/classify.py` computes it (the
             last layer computes `<s>` only).
   pretrain  the `roberta pretrain` step at tiny@128 (--preset): batch 16 x 128, vocabulary 50,265,
-            random ids, 15% of positions masked. Sides: `mlm_loss` (`tasks.pretrain.mlm_loss`: the
-            last layer and the LM head at the masked positions, then cross-entropy), `last layer
-            everywhere` (the same with `last_layer_masked_only=False`, as before), `chunked LM
+            the batches `pretrain_step.py` times (books + wiki, GPT-2 BPE, FULL-SENTENCES: ~80%
+            real tokens at 128, the rest padding; 15% dynamic masking). Sides: `mlm_loss`
+            (`tasks.pretrain.mlm_loss`: the layers on the real tokens only, the last layer and the
+            LM head at the masked positions, then cross-entropy), `padded` (the same with
+            `unpad=False`: every position of the padded batch, as before), `last layer
+            everywhere` (`last_layer_masked_only=False`, as before), `chunked LM
             loss`, the LM projection and the loss in one pass over row chunks (`ChunkedLMLoss`
             below: logits, loss, argmax and the gradient of the logits formed chunk by chunk, the
             two products of the backward left to it; not adopted: see benchmarks/RESULTS.md), and
@@ -29,6 +32,8 @@ the same weights and seed (dropout on) and reports the largest relative differen
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/step_variants.py pretrain --threads 1 --check 20
     .venv/bin/python benchmarks/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
         --sides "mlm_loss,torch dropout masks"
+    .venv/bin/python benchmarks/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
+        --sides "mlm_loss,padded"
 """
 
 from __future__ import annotations
@@ -143,16 +148,12 @@ def torch_masks_mlm_loss(model: RobertaModel, batch: dict) -> dict[str, torch.Te
         model.set_dropout_masks("fast")
 
 
-def pretrain_setup(count: int, preset: str) -> tuple:
+def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
     from roberta.config import RobertaConfig
 
-    generator = torch.Generator().manual_seed(1)
-    batches = []
-    for _ in range(count):
-        tokens = torch.randint(4, 50265, (16, 128), generator=generator)
-        tokens[:, 0], tokens[:, -1] = 0, 2
-        masked = torch.rand(16, 128, generator=generator) < 0.15
-        batches.append({"tokens": tokens, "labels": torch.where(masked, tokens, IGNORE_INDEX)})
+    import pretrain_step
+
+    batches = pretrain_step.batches(pretrain_step.prepared_corpus(data, work), 128, 16, count)
     objective = mlm_objective(None, None, padding_idx=1, seq_len=128, mask_prob=0.15)
 
     def model() -> RobertaModel:
@@ -161,6 +162,7 @@ def pretrain_setup(count: int, preset: str) -> tuple:
 
     sides = {
         "mlm_loss": lambda m, batch: mlm_loss(m, batch, nsp=False),
+        "padded": lambda m, batch: mlm_loss(m, batch, nsp=False, unpad=False),
         "last layer everywhere": lambda m, batch: mlm_loss(m, batch, nsp=False, last_layer_masked_only=False),
         "chunked LM loss": chunked_mlm_loss,
         "torch dropout masks": torch_masks_mlm_loss,
@@ -238,12 +240,13 @@ def main() -> None:
     p.add_argument("--check", type=int, default=0, metavar="N", help="first compare the sides' losses over N steps")
     p.add_argument("--profile", action="store_true", help="first print each side's steps by operator")
     p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
+    p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="pretrain: cache of the prepared corpus")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.task == "finetune":
         make_model, objective, sides, batches, optim = finetune_setup(args.data, args.batches)
     else:
-        make_model, objective, sides, batches, optim = pretrain_setup(args.batches, args.preset)
+        make_model, objective, sides, batches, optim = pretrain_setup(args.batches, args.preset, args.data, args.work)
         if args.sides:
             sides = {name: sides[name] for name in args.sides.split(",")}
     shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import train_fixtures
-from roberta.model import DROPOUT_MASKS, Selected
+from roberta.model import DROPOUT_MASKS, Selected, Unpadded
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer
 
@@ -75,6 +75,20 @@ def test_the_last_layer_at_masked_positions_only_follows_the_same_curve(tmp_path
     everywhere = train_losses(tmp_path / "all", "--data.last_layer_masked_only=false")
     assert not selections
     assert everywhere == pytest.approx(masked_only, rel=1e-5)
+
+
+def test_unpadding_follows_the_same_curve(tmp_path, one_thread, monkeypatch):
+    """The default computes the real tokens only (the micro batches are ~25% padding); the padded
+    batch (the switch off) must give the same run, dropout on (the same random stream on the CPU)."""
+    unpaddings = []
+    of = Unpadded.of
+    monkeypatch.setattr(Unpadded, "of", lambda *args, **kwargs: unpaddings.append(1) or of(*args, **kwargs))
+    unpadded = train_losses(tmp_path / "unpadded", "--data.unpad=true")
+    assert len(unpaddings) >= STEPS  # the switch reached the model: every step unpadded
+    unpaddings.clear()
+    padded = train_losses(tmp_path / "padded", "--data.unpad=false")
+    assert not unpaddings
+    assert padded == pytest.approx(unpadded, rel=1e-5)
 
 
 @pytest.mark.parametrize("implementation, flag", [("fused", "fused"), ("foreach", "foreach")])

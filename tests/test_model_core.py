@@ -181,7 +181,7 @@ def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients
         grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
         return logits.detach(), grads, torch.rand(4)  # the stream after the step
 
-    for training, unpad in ((True, False), (False, False), (False, True)):
+    for training, unpad in ((True, False), (True, True), (False, False), (False, True)):
         model.train(training)
         full, part = run(False), run(True, unpad)
         assert part[0].shape == (4, MICRO.vocab_size)
@@ -194,23 +194,28 @@ def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients
         model(tokens, select=tokens.eq(1), unpad=True)
 
 
-def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the_same_gradients():
+@pytest.mark.parametrize("masks", DROPOUT_MASKS)
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "training"])
+def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the_same_gradients(training, masks):
     """`unpad` computes the real tokens only: every layer's output (and the first-only output, and
-    the gradients of a loss on real positions, dropout off) must be the padded forward's."""
+    the gradients of a loss on real positions) must be the padded forward's, in training too
+    (dropout on: the masks drawn for the padded batch, so the random stream is the same)."""
     torch.manual_seed(0)
-    model = RobertaModel(dataclasses.replace(MICRO, dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0))
+    model = RobertaModel(MICRO).train(training)
+    model.set_dropout_masks(masks)
     model.add_classification_head("cls", num_classes=3)
     tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 2, 1, 1, 1], [0, 2, 1, 1, 1, 1]])
     real = tokens.ne(MICRO.padding_idx)
     direction = torch.randn(MICRO.hidden_size)  # a LayerNorm output's square sum would be flat
 
-    def run(unpad: bool) -> tuple[list[torch.Tensor], torch.Tensor, dict[str, torch.Tensor]]:
+    def run(unpad: bool) -> tuple[list[torch.Tensor], torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
         out = model(tokens, return_all_hiddens=True, unpad=unpad)
         first = model(tokens, first_only=True, unpad=unpad).last_hidden_state
         ((out.last_hidden_state[real] @ direction).square().sum() + model.classify("cls", first).square().sum()).backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        return [h.detach() for h in out.hidden_states], first.detach(), grads
+        return [h.detach() for h in out.hidden_states], first.detach(), grads, torch.rand(4)  # the stream after
 
     padded, unpadded = run(False), run(True)
     assert len(unpadded[0]) == MICRO.num_layers + 1
@@ -223,7 +228,10 @@ def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the
     for name, grad in padded[2].items():
         scale = grad.abs().max().item()  # rounding grows with it; the sums are orders apart in size
         torch.testing.assert_close(unpadded[2][name], grad, atol=1e-6 * scale, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+    assert torch.equal(unpadded[3], padded[3])
+    torch.manual_seed(2)
     unpadded_only = model(tokens[:1], unpad=True).last_hidden_state  # no padding: the plain forward
+    torch.manual_seed(2)
     assert torch.equal(unpadded_only, model(tokens[:1]).last_hidden_state)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from roberta import checkpoint
 from roberta.cli import main
-from roberta.model import RobertaModel, Selected, sinusoidal_positions
+from roberta.model import RobertaModel, Selected, Unpadded, sinusoidal_positions
 
 MICRO = [
     "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
@@ -151,20 +151,31 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
     assert checkpoint.load(tmp_path / "bare-run" / "checkpoints" / "step-00000003")[1] is None
 
 
-@pytest.mark.parametrize("switch", ["--optim.implementation", "--data.last_layer_masked_only"])
+SPEED_SWITCHES = {  # switch: its two values, and the model-side step that only the first value takes
+    "--optim.implementation": (("fused", "foreach"), None),
+    "--data.last_layer_masked_only": (("true", "false"), Selected),
+    "--data.unpad": (("true", "false"), Unpadded),
+}
+
+
+@pytest.mark.parametrize("switch", SPEED_SWITCHES)
 def test_speed_switches_give_the_same_run_through_the_cli(corpus, tmp_path, switch, monkeypatch):
     """Each speed switch through `roberta pretrain` on a prepared corpus (fused vs foreach AdamW;
-    the last layer at the masked positions only vs everywhere): equal losses to 1e-5, and every
-    logged training record says how long the step waited for the loader."""
-    selections = []
-    of = Selected.of
-    monkeypatch.setattr(Selected, "of", lambda *args, **kwargs: selections.append(1) or of(*args, **kwargs))
+    the last layer at the masked positions only vs everywhere; the real tokens only vs the padded
+    batch): equal losses to 1e-5, and every logged training record says how long the step waited
+    for the loader."""
+    values, step = SPEED_SWITCHES[switch]
+    calls = []
+    if step is not None:
+        of = step.of
+        monkeypatch.setattr(step, "of", lambda *args, **kwargs: calls.append(1) or of(*args, **kwargs))
     losses = {}
-    for value in {"--optim.implementation": ("fused", "foreach"), "--data.last_layer_masked_only": ("true", "false")}[switch]:
+    for value in values:
         run = tmp_path / value
-        selections.clear()
+        calls.clear()
         assert pretrain(corpus, run, "--train.max_steps=6", f"{switch}={value}") == 0
-        assert bool(selections) == (value != "false")  # the switch reaches the model through the CLI
+        if step is not None:
+            assert bool(calls) == (value == values[0])  # the switch reaches the model through the CLI
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in records if r["split"] == "train"]
         assert all(0 <= r["data_wait"] < 1 for r in train)

@@ -98,6 +98,7 @@ def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, po
         mask_prob=job.data.mask_prob,
         nsp=nsp,
         last_layer_masked_only=job.data.last_layer_masked_only,
+        unpad=job.data.unpad,
     )
     if poison_at >= 0:
         objective = _nan_on_bad_ids(objective)

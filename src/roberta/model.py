@@ -196,14 +196,16 @@ class EncoderLayer(nn.Module):
     ) -> torch.Tensor:
         """[B, T, H] → [B, T, H], or with `unpadded` the real positions [N, H] → [N, H]; with
         `selected`, the selected positions' outputs only ([N_selected, H])."""
-        full_rows = x.size(0) * x.size(1) if x.dim() == 3 else None
+        positions = unpadded.batch * unpadded.length if unpadded is not None else x.size(0) * x.size(1)
+        rows = selected.flat if selected is not None else unpadded.index if unpadded is not None else None
 
         def dropout(y: torch.Tensor, module: Dropout) -> torch.Tensor:
-            if selected is None or full_rows is None or not module.training or module.p == 0:
+            if rows is None or not module.training or module.p == 0:
                 return module(y)
-            # The mask drawn for every position and read at the selected ones: the full layer's random stream.
-            mask, scale = module.mask((full_rows, y.size(-1)), y)
-            return y * mask[selected.flat] * scale
+            # The mask drawn for every position of the padded batch and read at the rows computed:
+            # the padded, full layer's random stream.
+            mask, scale = module.mask((positions, y.size(-1)), y)
+            return y * mask[rows] * scale
 
         a = self.attention(x, attn_mask, selected, unpadded)
         if selected is not None:
@@ -345,8 +347,9 @@ class RobertaModel(nn.Module):
         unpad: the layers compute the real (non-padding) positions only, so a padded batch costs
         what its real tokens cost, but for attention (MosaicBERT's and ModernBERT's unpadding).
         Real positions are the padded forward's to rounding; padding positions are zero after the
-        embeddings (the padded forward computes meaningless numbers there). Dropout, if active,
-        draws for the real positions only: the same in distribution, not the same random stream.
+        embeddings (the padded forward computes meaningless numbers there). Dropout draws its masks
+        for the padded batch and reads them at the real positions, so in training too the numbers
+        are the padded forward's (on a GPU, as for `select`, the same in distribution).
         """
         if tokens.size(1) > self.config.max_seq_len:
             raise UserError(

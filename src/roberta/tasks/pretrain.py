@@ -49,6 +49,9 @@ class PretrainData:
     # The last layer computes the masked positions only (all the loss reads; the same loss and
     # gradients, ~85% of that layer's products skipped); false: every position, as HF and fairseq do.
     last_layer_masked_only: bool = True
+    # The layers compute the real tokens only, padding left out but for attention (the same loss
+    # and gradients, dropout's random stream included); false: every position of the padded batch.
+    unpad: bool = True
 
     CHOICES: ClassVar = {"format": FORMATS, "masking": ("dynamic", "static")}
     RANGES: ClassVar = {"static_copies": ">0", "seq_len": ">0", "mask_prob": "(0,1)", "span_length": ">0", "workers": ">=0"}
@@ -71,6 +74,7 @@ def mlm_objective(
     mask_prob: float,
     nsp: bool = False,
     last_layer_masked_only: bool = True,
+    unpad: bool = True,
 ) -> Objective:
     def add_heads(model: RobertaModel) -> None:
         if nsp and NSP_HEAD not in model.heads:
@@ -91,7 +95,7 @@ def mlm_objective(
         train_batches=train_batches,
         eval_sets={"valid": eval_batches},
         counts=counts,
-        loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only),
+        loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only, unpad),
         metrics=mlm_metrics,
         tokens=tokens,
         # The LM head (and the last layer, unless switched off) runs on the masked positions only: count it there.
@@ -104,14 +108,16 @@ def mlm_objective(
     )
 
 
-def mlm_loss(model: RobertaModel, batch: Batch, nsp: bool, last_layer_masked_only: bool = True) -> dict[str, torch.Tensor]:
+def mlm_loss(
+    model: RobertaModel, batch: Batch, nsp: bool, last_layer_masked_only: bool = True, unpad: bool = True
+) -> dict[str, torch.Tensor]:
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
     targets = labels[selected]
     if last_layer_masked_only and not nsp:  # (NSP reads `<s>` as well)
-        logits = model.lm_logits(model(batch["tokens"], select=selected).last_hidden_state).float()
+        logits = model.lm_logits(model(batch["tokens"], select=selected, unpad=unpad).last_hidden_state).float()
     else:
-        hidden = model(batch["tokens"]).last_hidden_state
+        hidden = model(batch["tokens"], unpad=unpad).last_hidden_state
         # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small model's FLOPs).
         logits = model.lm_logits(hidden, selected).float()
     out = {
@@ -213,6 +219,7 @@ def pretrain(
         mask_prob=job.data.mask_prob,
         nsp=job.data.format in PAIR_FORMATS,
         last_layer_masked_only=job.data.last_layer_masked_only,
+        unpad=job.data.unpad,
     )
     run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
     return train(model, objective, job, out, tokenizer=tok, resume=resume, placement=placement, run_info=run_info)
