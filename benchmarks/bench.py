@@ -120,8 +120,9 @@ What each row times (details: each script's `--help`):
   loading, a warm-up update on two sequences (not timed) and every slice. The same weights (one
   random init, our checkpoint and its `convert.export_hf` export), batches and fused AdamW
   (0.9, 0.98, 1e-6, wd 0.01). Timed: forward + backward + AdamW update on batches already in
-  memory (books + wiki, GPT-2 BPE, 15% dynamic masking by our loader). Ours scores the
-  vocabulary at the masked positions only (`tasks.pretrain.mlm_loss`), HF at every position.
+  memory (books + wiki, GPT-2 BPE, FULL-SENTENCES, ~20% padding at 128, 15% dynamic masking by
+  our loader). Ours (`tasks.pretrain.mlm_loss`) computes the real tokens only and the last layer
+  and the vocabulary at the masked positions only; HF computes every position.
 - **Fine-tuning**: a slice is one whole one-epoch run of each side on the same training subset,
   each in its own process, the first rotating. Ours: `roberta finetune glue|squad`, timed by its
   trainer's clock (real tokens / the tokens_per_s it logs: batch building, forward, backward,
