@@ -18,6 +18,8 @@
             two products of the backward left to it; not adopted: see benchmarks/RESULTS.md), and
             `torch dropout masks`, `mlm_loss` with torch's dropout masks instead of our fast ones
             (`[train] dropout_masks`; another random stream, so --check reports a difference).
+            `--preset recipe`: the step of configs/pretrain-cpu-20min.toml instead (2 x 128, the
+            8K BPE of time_to_quality.py, batch 8 x 128, 40% masked, no dropout).
 
 A step is what the trainer runs (trainer.py): the objective's summed loss over the batch's counts,
 backward, fused AdamW through `trainer.apply_update`, and the per-step bookkeeping (counts and
@@ -39,6 +41,7 @@ the same weights and seed (dropout on) and reports the largest relative differen
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 import time
@@ -149,16 +152,29 @@ def torch_masks_mlm_loss(model: RobertaModel, batch: dict) -> dict[str, torch.Te
 
 
 def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
-    from roberta.config import RobertaConfig
+    if preset == "recipe":  # configs/pretrain-cpu-20min.toml: 2 x 128, its 8K BPE, 8 x 128, 40% masked, no dropout
+        import time_to_quality
 
-    import pretrain_step
+        from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
+        from roberta.data.masking import MaskingConfig
 
-    batches = pretrain_step.batches(pretrain_step.prepared_corpus(data, work), 128, 16, count)
+        corpus = time_to_quality.ensure_data(data / "corpus", work, 8192)[1]
+        dataset = PretrainDataset(corpus, config=DataConfig(seq_len=128, masking=MaskingConfig(mask_prob=0.4)),
+                                  micro_batch_size=8, seed=1)
+        batches = list(itertools.islice(iter(PretrainLoader(dataset)), count))
+        config = time_to_quality.model_config("tiny:2x128", 0.0, dataset.specials.vocab_size, 130, 0.05)
+    else:
+        import pretrain_step
+
+        from roberta.config import RobertaConfig
+
+        batches = pretrain_step.batches(pretrain_step.prepared_corpus(data, work), 128, 16, count)
+        config = RobertaConfig.preset(preset)
     objective = mlm_objective(None, None, padding_idx=1, seq_len=128, mask_prob=0.15)
 
     def model() -> RobertaModel:
         torch.manual_seed(0)
-        return RobertaModel(RobertaConfig.preset(preset))
+        return RobertaModel(config)
 
     sides = {
         "mlm_loss": lambda m, batch: mlm_loss(m, batch, nsp=False),
@@ -200,7 +216,8 @@ def check(make_model: Callable, objective: Objective, sides: dict, batches: list
     first, *others = losses
     for name in others:
         worst = max(abs(a - b) / abs(a) for a, b in zip(losses[first], losses[name]))
-        print(f"losses over {steps} steps (dropout on): {name} vs {first}: largest relative difference {worst:.1e}")
+        print(f"losses over {steps} steps (dropout {step.model.config.dropout}): {name} vs {first}: "
+              f"largest relative difference {worst:.1e}")
 
 
 def bookkeeping(objective: Objective, batches: list[dict], repeats: int = 200) -> float:
@@ -235,7 +252,8 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=4, help="batches per slice (default 4)")
     p.add_argument("--slices", type=int, default=6)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--preset", default="tiny", choices=["tiny", "base"], help="pretrain: the model (default tiny)")
+    p.add_argument("--preset", default="tiny", choices=["tiny", "base", "recipe"],
+                   help="pretrain: the model (default tiny); recipe: the CPU recipe's model and batches")
     p.add_argument("--sides", default="", help="pretrain: a comma-separated subset of the sides (default all)")
     p.add_argument("--check", type=int, default=0, metavar="N", help="first compare the sides' losses over N steps")
     p.add_argument("--profile", action="store_true", help="first print each side's steps by operator")
@@ -249,7 +267,7 @@ def main() -> None:
         make_model, objective, sides, batches, optim = pretrain_setup(args.batches, args.preset, args.data, args.work)
         if args.sides:
             sides = {name: sides[name] for name in args.sides.split(",")}
-    shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches)
+    shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches[:8]) + (", ..." if len(batches) > 8 else "")
     real = sum(int(b["tokens"].ne(1).sum()) for b in batches) / sum(len(b["tokens"]) for b in batches)
     print(f"{args.task}: batches {shapes} (mean {real:.0f} real tokens per sequence); {args.threads} thread(s); "
           f"{harness.machine()}; {harness.versions()}", flush=True)

@@ -43,6 +43,7 @@ from roberta.config import RobertaConfig
 from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.model import RobertaModel, sinusoidal_positions
+from roberta.tasks.pretrain import mlm_loss
 from roberta.train.config import OptimSection, ScheduleSection
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 
@@ -67,12 +68,13 @@ class Contender:
 
 
 def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
-    return F.cross_entropy(ours_logits(model, batch), batch["labels"][batch["labels"].ne(IGNORE_INDEX)])
+    """As `roberta pretrain` computes it (`tasks.pretrain.mlm_loss`), per masked token."""
+    return mlm_loss(model, batch, nsp=False)["mlm"] / batch["labels"].ne(IGNORE_INDEX).sum()
 
 
 def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:
-    """As `roberta pretrain` computes them: the last layer and the LM head at the masked positions only."""
-    return model.lm_logits(model(batch["tokens"], select=batch["labels"].ne(IGNORE_INDEX)).last_hidden_state)
+    """As `roberta pretrain` computes them: the real tokens only, the last layer and the LM head at the masked positions."""
+    return model.lm_logits(model(batch["tokens"], select=batch["labels"].ne(IGNORE_INDEX), unpad=True).last_hidden_state)
 
 
 def hf_loss(model, batch: dict) -> torch.Tensor:
