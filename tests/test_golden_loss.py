@@ -63,32 +63,21 @@ def test_adamw_implementations_follow_the_same_curve(implementation, tmp_path, o
     assert other == pytest.approx(fused, rel=1e-5)
 
 
-def test_the_last_layer_at_masked_positions_only_follows_the_same_curve(tmp_path, one_thread, monkeypatch):
-    """The default computes the last layer at the masked positions only; every position (the
-    switch off) must give the same run, dropout on (the same random stream on the CPU)."""
-    selections = []
-    of = Selected.of
-    monkeypatch.setattr(Selected, "of", lambda *args, **kwargs: selections.append(1) or of(*args, **kwargs))
-    masked_only = train_losses(tmp_path / "masked", "--data.last_layer_masked_only=true")
-    assert len(selections) >= STEPS  # the switch reached the model: every step selected
-    selections.clear()
-    everywhere = train_losses(tmp_path / "all", "--data.last_layer_masked_only=false")
-    assert not selections
-    assert everywhere == pytest.approx(masked_only, rel=1e-5)
-
-
-def test_unpadding_follows_the_same_curve(tmp_path, one_thread, monkeypatch):
-    """The default computes the real tokens only (the micro batches are ~25% padding); the padded
-    batch (the switch off) must give the same run, dropout on (the same random stream on the CPU)."""
-    unpaddings = []
-    of = Unpadded.of
-    monkeypatch.setattr(Unpadded, "of", lambda *args, **kwargs: unpaddings.append(1) or of(*args, **kwargs))
-    unpadded = train_losses(tmp_path / "unpadded", "--data.unpad=true")
-    assert len(unpaddings) >= STEPS  # the switch reached the model: every step unpadded
-    unpaddings.clear()
-    padded = train_losses(tmp_path / "padded", "--data.unpad=false")
-    assert not unpaddings
-    assert padded == pytest.approx(unpadded, rel=1e-5)
+@pytest.mark.parametrize("switch, step", [("--data.last_layer_masked_only", Selected), ("--data.unpad", Unpadded)],
+                         ids=["last_layer_masked_only", "unpad"])
+def test_the_models_speed_switches_follow_the_same_curve(switch, step, tmp_path, one_thread, monkeypatch):
+    """By default the last layer computes the masked positions only, and the layers the real tokens
+    only (the micro batches are ~25% padding); each switch off (every position, the padded batch)
+    must give the same run, dropout on (the same random stream on the CPU)."""
+    calls = []
+    of = step.of
+    monkeypatch.setattr(step, "of", lambda *args, **kwargs: calls.append(1) or of(*args, **kwargs))
+    on = train_losses(tmp_path / "on", f"{switch}=true")
+    assert len(calls) >= STEPS  # the switch reached the model: every step took the path
+    calls.clear()
+    off = train_losses(tmp_path / "off", f"{switch}=false")
+    assert not calls
+    assert off == pytest.approx(on, rel=1e-5)
 
 
 @pytest.mark.parametrize("implementation, flag", [("fused", "fused"), ("foreach", "foreach")])
