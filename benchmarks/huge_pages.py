@@ -3,8 +3,8 @@
 torch reads the setting once, at its first allocation, so each side is its own process; rounds
 alternate the two, the first rotating. A process builds the preset (random init), takes one
 warm-up step, then `--steps` timed steps of the trainer's step as `step_variants.py` takes it
-(`tasks.pretrain.mlm_loss`, backward, fused AdamW) on one batch of 16 x 128 random ids with 15%
-masked, dropout on (fast masks), and reports wall
+(`tasks.pretrain.mlm_loss`, backward, fused AdamW) on its first batch (16 x 128 of the corpus, 15%
+masked), dropout on (fast masks), and reports wall
 seconds per step, minor page faults per step, user and system CPU seconds per step, and its
 losses (the two sides' must be equal: the setting moves memory, not arithmetic).
 
@@ -30,7 +30,7 @@ SIDES = {"huge pages": "1", "4 KB pages": "0"}
 def child(preset: str, steps: int) -> None:
     from step_variants import Stepper, pretrain_setup
 
-    make_model, objective, sides, batches, optim = pretrain_setup(1, preset)
+    make_model, objective, sides, batches, optim = pretrain_setup(1, preset, harness.DEFAULT_DATA, harness.ROOT / "runs" / "bench")
     step = Stepper(make_model(), objective, sides["mlm_loss"], optim)
     losses = [step(batches[0])]  # warm-up: optimizer state, thread pools
     before, times = resource.getrusage(resource.RUSAGE_SELF), []

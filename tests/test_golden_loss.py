@@ -67,7 +67,7 @@ def test_adamw_implementations_follow_the_same_curve(implementation, tmp_path, o
                          ids=["last_layer_masked_only", "unpad"])
 def test_the_models_speed_switches_follow_the_same_curve(switch, step, tmp_path, one_thread, monkeypatch):
     """By default the last layer computes the masked positions only, and the layers the real tokens
-    only (the micro batches are ~25% padding); each switch off (every position, the padded batch)
+    only (the micro batches are ~22% padding); each switch off (every position, the padded batch)
     must give the same run, dropout on (the same random stream on the CPU)."""
     calls = []
     of = step.of
