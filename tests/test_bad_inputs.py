@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import refusals
 from data_fixtures import make_documents, write_byte_tokenizer, write_text
-from roberta import RobertaConfig, RobertaModel, UserError, cli
+from refusals import Case
+from roberta import RobertaConfig, RobertaModel
 from roberta.checkpoint import save
 from roberta.data.corpus import Corpus
 from roberta.data.prepare import prepare
@@ -45,16 +47,8 @@ class Assets:
 
 
 @dataclass
-class Env:
-    work: Path  # the case's own directory: its bad inputs and outputs go here
+class Env(refusals.Env):
     assets: Assets
-    monkeypatch: pytest.MonkeyPatch
-
-    def file(self, name: str, content: str | bytes) -> str:
-        path = self.work / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
-        return str(path)
 
     def checkpoint_copy(self, edit_config: Callable[[dict], object] | None = None, raw: bytes | None = None) -> str:
         """A copy of the checkpoint, its config.json edited (or replaced by `raw` bytes)."""
@@ -80,14 +74,6 @@ class Env:
     def prepare_args(self, *inputs: str) -> list[str]:
         return ["prepare", *inputs, "--tokenizer", str(self.assets.small_tokenizer), "--out", str(self.work / "out"),
                 "--workers", "1", "--no-progress"]
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    cause: str  # a substring of the one-line message
-    argv: Callable[[Env], list[str]] | None = None  # a CLI command, exit status 2
-    call: Callable[[Env], Callable[[], object]] | None = None  # prepares, returns the call that raises UserError
 
 
 def gz_truncated() -> bytes:
@@ -341,32 +327,10 @@ def assets(shared_data, tmp_path_factory) -> Assets:
     return Assets(root, checkpoint, small, corpus, hub)
 
 
-def snapshot(*directories: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for d in directories for p in sorted(d.rglob("*"))}
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case: Case, assets, tmp_path, monkeypatch, capsys):
-    env = Env(tmp_path, assets, monkeypatch)
-    argv = case.argv(env) if case.argv else None
-    call = case.call(env) if case.call else None
-    before = snapshot(tmp_path, assets.root)
-    if argv is not None:
-        assert cli.main(argv) == 2
-        captured = capsys.readouterr()
-        lines = captured.err.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("roberta: error: "), captured.err
-        message = lines[0]
-    else:
-        with pytest.raises(UserError) as raised:
-            call()
-        message = str(raised.value)
-        assert "\n" not in message
-    assert case.cause in message
-    assert snapshot(tmp_path, assets.root) == before
+    refusals.check(case, Env(tmp_path, assets, monkeypatch), capsys, tmp_path, assets.root)
 
 
 def test_cases_cover_every_verb_and_the_api():
-    prefixes = {c.name.split("/")[0] for c in CASES}
-    assert {"prepare", "train-tokenizer", "convert", "fill-mask", "embed", "predict", "api"} <= prefixes
-    assert len(CASES) >= 50 and len({c.name for c in CASES}) == len(CASES)
+    refusals.check_table(CASES, {"prepare", "train-tokenizer", "convert", "fill-mask", "embed", "predict", "api"}, 50)
