@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from roberta.config import RobertaConfig
 from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
-from roberta.model import RobertaModel, sinusoidal_positions
-from roberta.tasks.pretrain import mlm_loss
+from roberta.model import RobertaModel
+from roberta.tasks.pretrain import mlm_loss, sinusoidal_positions
 from roberta.train.config import OptimSection, ScheduleSection
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 

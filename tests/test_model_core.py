@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from roberta import RobertaConfig, RobertaModel, UserError
-from roberta.model import DROPOUT_MASKS, Dropout, make_positions, sinusoidal_positions
+from roberta.model import make_positions
+from roberta.tasks.pretrain import sinusoidal_positions
 
 MICRO = RobertaConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
 
@@ -102,45 +103,18 @@ def test_lm_logits_on_selected_positions_equal_the_full_logits_there():
     assert model.lm_logits(hidden, selected).shape == (3, MICRO.vocab_size)
 
 
-def test_fast_dropout_masks_drop_at_the_rate_keep_the_expectation_and_pass_the_gradient():
-    """Masks from 15-bit integers, two per 32-bit draw: both halves must drop at p (rounded to a
-    multiple of 1/32768), what is kept scaled so the mean is kept, the gradient the same mask."""
-    dropout = Dropout(0.1).train()
-    assert dropout.masks == "fast"
-    torch.manual_seed(0)
-    x = torch.ones(1000, 1000, requires_grad=True)
-    y = dropout(x)
-    y.sum().backward()
-    dropped, scale = 3277 / 32768, 32768 / (32768 - 3277)
-    sigma = math.sqrt(dropped * (1 - dropped) / (x.numel() / 2))
-    for half in (y.flatten()[0::2], y.flatten()[1::2]):  # the low and the high 15 bits of each draw
-        assert abs(half.eq(0).float().mean().item() - dropped) < 5 * sigma
-    assert torch.equal(y.unique(), torch.tensor([0.0, scale]))
-    assert abs(y.mean().item() - 1) < 0.005
-    assert torch.equal(x.grad, y.detach())  # d(sum)/dx = mask * scale
-    torch.manual_seed(0)
-    assert torch.equal(dropout(torch.ones(1000, 1000)), y)  # the default generator's stream: seeded, resumable
-    assert torch.equal(dropout.eval()(x), x) and torch.equal(Dropout(0.0).train()(x), x)
-    assert Dropout(0.1, masks="torch").train()(x).unique().tolist() == pytest.approx([0.0, 1 / 0.9])
-    with pytest.raises(UserError, match="dropout masks 'slow'"):
-        RobertaModel(MICRO).set_dropout_masks("slow")
-
-
-@pytest.mark.parametrize("masks", DROPOUT_MASKS)
-def test_first_only_gives_the_full_forwards_first_position_dropout_and_gradients_included(masks):
+def test_selecting_first_gives_the_full_forwards_first_position_dropout_and_gradients_included():
     """A classification head reads `<s>` only; the last layer computing nothing else must give the
     same logits and gradients, in training (dropout on: the same random stream) as in eval."""
     torch.manual_seed(0)
     model = RobertaModel(MICRO)
-    model.set_dropout_masks(masks)
     model.add_classification_head("cls", num_classes=3)
-    assert model.heads["cls"].dropout.masks == masks  # a head added later draws as the model does
     tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 2, 1, 1, 1]])
 
-    def run(first_only: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    def run(first: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         model.zero_grad(set_to_none=True)
         torch.manual_seed(1)
-        hidden = model(tokens, first_only=first_only).last_hidden_state
+        hidden = model(tokens, select="first" if first else None).last_hidden_state
         logits = model.classify("cls", hidden)
         logits.square().sum().backward()
         grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
@@ -154,17 +128,17 @@ def test_first_only_gives_the_full_forwards_first_position_dropout_and_gradients
         for name in full[1]:
             torch.testing.assert_close(first[1][name], full[1][name], atol=1e-6, rtol=1e-5, msg=name)
         assert torch.equal(first[2], full[2])
-    assert model(tokens, first_only=True).last_hidden_state.shape == (2, 1, MICRO.hidden_size)
+    assert model(tokens, select="first").last_hidden_state.shape == (2, 1, MICRO.hidden_size)
+    with pytest.raises(UserError, match="select='last'"):
+        model(tokens, select="last")
 
 
-@pytest.mark.parametrize("masks", DROPOUT_MASKS)
-def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients_included(masks):
+def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients_included():
     """The masked-LM loss reads the masked positions only; the last layer computing nothing else
     must give the same logits and gradients, in training (dropout on: the same random stream) as
     in eval, with sequences selecting different numbers of positions, padded or unpadded."""
     torch.manual_seed(0)
     model = RobertaModel(MICRO)
-    model.set_dropout_masks(masks)
     tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 11, 2, 1]])
     select = torch.tensor([[False, True, False, True, True, False], [False, False, True, False, False, False]])
     targets = torch.tensor([3, 4, 5, 6])
@@ -194,15 +168,13 @@ def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients
         model(tokens, select=tokens.eq(1), unpad=True)
 
 
-@pytest.mark.parametrize("masks", DROPOUT_MASKS)
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "training"])
-def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the_same_gradients(training, masks):
+def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the_same_gradients(training):
     """`unpad` computes the real tokens only: every layer's output (and the first-only output, and
     the gradients of a loss on real positions) must be the padded forward's, in training too
     (dropout on: the masks drawn for the padded batch, so the random stream is the same)."""
     torch.manual_seed(0)
     model = RobertaModel(MICRO).train(training)
-    model.set_dropout_masks(masks)
     model.add_classification_head("cls", num_classes=3)
     tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 2, 1, 1, 1], [0, 2, 1, 1, 1, 1]])
     real = tokens.ne(MICRO.padding_idx)
@@ -212,7 +184,7 @@ def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the
         model.zero_grad(set_to_none=True)
         torch.manual_seed(1)
         out = model(tokens, return_all_hiddens=True, unpad=unpad)
-        first = model(tokens, first_only=True, unpad=unpad).last_hidden_state
+        first = model(tokens, select="first", unpad=unpad).last_hidden_state
         ((out.last_hidden_state[real] @ direction).square().sum() + model.classify("cls", first).square().sum()).backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
         return [h.detach() for h in out.hidden_states], first.detach(), grads, torch.rand(4)  # the stream after

@@ -8,7 +8,8 @@ import torch
 
 from roberta import checkpoint
 from roberta.cli import main
-from roberta.model import RobertaModel, Selected, Unpadded, sinusoidal_positions
+from roberta.padding import Selected, Unpadded
+from roberta.tasks.pretrain import sinusoidal_positions
 
 MICRO = [
     "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
@@ -68,22 +69,6 @@ def test_sinusoidal_position_init_reaches_the_model_through_the_cli(corpus, tmp_
     assert torch.allclose(tables["sinusoidal"], expected, atol=1e-6)
     assert not torch.allclose(tables["normal"], expected, atol=1e-3)
     assert main(["pretrain", "--data", "x", "--out", str(tmp_path / "bad"), "--model.position_init=rotary"]) != 0
-
-
-def test_dropout_masks_switch_reaches_the_model_through_the_cli(corpus, tmp_path, monkeypatch):
-    """`--train.dropout_masks`: the trainer hands it to the model (heads included) and the two
-    samplers are two random streams of the run, dropout on; a value outside the two is refused."""
-    chosen = []
-    set_masks = RobertaModel.set_dropout_masks
-    monkeypatch.setattr(RobertaModel, "set_dropout_masks", lambda m, masks: chosen.append(masks) or set_masks(m, masks))
-    losses = {}
-    for value in ("fast", "torch"):
-        run = tmp_path / value
-        assert pretrain(corpus, run, "--train.max_steps=3", "--model.dropout=0.1", f"--train.dropout_masks={value}") == 0
-        assert chosen[-1] == value
-        losses[value] = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert losses["fast"] != pytest.approx(losses["torch"], rel=1e-4)
-    assert main(["pretrain", "--data", "x", "--out", str(tmp_path / "bad"), "--train.dropout_masks=slow"]) != 0
 
 
 def test_pair_format_trains_an_nsp_head(corpus, tmp_path):

@@ -195,7 +195,7 @@ class Roberta(nn.Module):
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
             last = layer in (-1, layers - 1)
-            out = self.model(batch, return_all_hiddens=not last, first_only=last and pool == "cls", unpad=True)
+            out = self.model(batch, return_all_hiddens=not last, select="first" if last and pool == "cls" else None, unpad=True)
             hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
             if pool == "cls":
                 return list(hidden[:, 0])
@@ -214,7 +214,7 @@ class Roberta(nn.Module):
         """Log-probabilities [B, C] of the classification head `head` (its logits with `return_logits`)."""
         def run(batch: torch.Tensor) -> torch.Tensor:
             # The head reads `<s>` only: the last layer computes nothing else.
-            return self.model.classify(head, self.model(batch, first_only=True, unpad=True).last_hidden_state)
+            return self.model.classify(head, self.model(batch, select="first", unpad=True).last_hidden_state)
 
         if isinstance(tokens, torch.Tensor):
             batch = self._as_batch(tokens)

@@ -7,7 +7,6 @@ The module knows nothing about devices, precision, parallelism or files.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -16,6 +15,7 @@ from torch import nn
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
+from roberta.padding import Selected, Unpadded
 
 
 def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
@@ -27,103 +27,19 @@ def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
     return (torch.cumsum(real, dim=1) * real).long() + padding_idx
 
 
-class Unpadded(NamedTuple):
-    """Where a right-padded batch's real tokens are: the layers' matrix products and LayerNorms
-    run on those rows alone ([N, H]), and attention puts them back in place ([B, T, ...])."""
-
-    index: torch.Tensor  # [N]: the real positions in the flattened [B * T], ascending
-    batch: int
-    length: int
-
-    @classmethod
-    def of(cls, padding: torch.Tensor) -> Unpadded:
-        return cls((~padding).flatten().nonzero().squeeze(1), *padding.shape)
-
-    def unpad(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(0, 1)[self.index]
-
-    def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """[N, ...] → [B, T, ...], zeros at the padding."""
-        out = x.new_zeros(self.batch * self.length, *x.shape[1:])
-        return out.index_copy_(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
-
-
-class Selected(NamedTuple):
-    """The positions the last layer computes, a boolean [B, T] mask's True entries in row-major
-    order: a classification head reads `<s>` only, the masked-LM loss the masked positions only.
-    Their keys and values still come from every position."""
-
-    flat: torch.Tensor  # [N]: their places in the flattened [B * T]
-    rows: torch.Tensor  # [N]: their rows in the layers' input ([B * T], or the unpadded rows)
-    batch: torch.Tensor  # [N]: each one's sequence
-    slot: torch.Tensor  # [N]: its place among its sequence's selected positions
-    query_positions: torch.Tensor  # [B, slots]: the position each slot holds (0 where a sequence has fewer)
-
-    @classmethod
-    def of(cls, mask: torch.Tensor, unpadded: Unpadded | None, slots: int | None = None) -> Selected:
-        """`slots`: the most positions one sequence selects, if known (counting them syncs with the device)."""
-        length = mask.size(1)
-        flat = mask.flatten().nonzero().squeeze(1)
-        batch, position = flat.div(length, rounding_mode="floor"), flat.remainder(length)
-        slot = (mask.cumsum(1) - 1).flatten()[flat]
-        slots = slots if slots is not None else int(mask.sum(1).max())
-        query_positions = flat.new_zeros(mask.size(0), slots).index_put_((batch, slot), position)
-        rows = flat if unpadded is None else torch.searchsorted(unpadded.index, flat)
-        return cls(flat, rows, batch, slot, query_positions)
-
-    def rows_of(self, x: torch.Tensor) -> torch.Tensor:
-        """The selected rows [N, H] of a layer input ([B, T, H], or the unpadded [N_real, H])."""
-        return (x.flatten(0, 1) if x.dim() == 3 else x)[self.rows]
-
-
-DROPOUT_MASKS = ("fast", "torch")
-
-
-class Dropout(nn.Module):
-    """Dropout at rate `p`, its masks drawn one of two ways (`masks`, `[train] dropout_masks`):
-
-    - "fast" (the default): on the CPU a mask is drawn as 15-bit random integers, two from each
-      32-bit draw, dropping those below p * 32768: p is rounded to a multiple of 1/32768 (0.1 →
-      0.100006) and what is kept is scaled by 1 / (1 - that p), so the expectation is exact. The
-      mask is kept as booleans. torch draws one float per element on one thread (`bernoulli_`,
-      10.6 ms per million elements here, ours 2.4): a base@128 CPU step is 3.5% faster this way
-      (benchmarks/RESULTS.md). On other devices torch's fused kernels, which cost little there.
-    - "torch": torch's dropout (and SDPA's) everywhere: the random stream of torch and of HF
-      transformers, so a seeded training step is theirs to rounding, dropout on.
-    """
-
-    def __init__(self, p: float, masks: str = "fast"):
-        super().__init__()
-        self.p = p
-        self.masks = masks
-
-    def draws_own(self, device: torch.device) -> bool:
-        return self.masks == "fast" and device.type == "cpu"
-
-    def mask(self, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """A mask for a tensor of `shape` (the dtype and device of `like`) and the scale of what it
-        keeps: `x * mask * scale` drops x out. Drawn for a whole tensor, a mask can be read at some
-        of its elements (the selected positions)."""
-        if not self.draws_own(like.device):  # torch's multiplier, computed as its dropout kernel computes it
-            return like.new_empty(shape).bernoulli_(1 - self.p).div_(1 - self.p), 1.0
-        numel, dropped = math.prod(shape), min(round(self.p * 32768), 32767)
-        bits = torch.empty((numel + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:numel]  # 31 random bits each
-        return (bits & 0x7FFF).ge(dropped).view(shape), 32768 / (32768 - dropped)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        if not self.draws_own(x.device):
-            return F.dropout(x, self.p, training=True)
-        mask, scale = self.mask(x.shape, x)
-        return x * mask * scale
+def dropout_mask(shape: tuple[int, ...], like: torch.Tensor, p: float) -> torch.Tensor:
+    """torch's dropout multiplier (0 or 1 / (1 - p)) for a tensor of `shape`, drawn as its kernel
+    draws it. A mask drawn for a whole tensor and read at some of its rows keeps the whole
+    tensor's random stream: computing fewer rows (`padding.py`) then leaves the numbers, dropout
+    included, those of the full forward (and HF's) to rounding."""
+    return like.new_empty(shape).bernoulli_(1 - p).div_(1 - p)
 
 
 class SelfAttention(nn.Module):
     def __init__(self, config: RobertaConfig):
         super().__init__()
         self.head_size = config.hidden_size // config.num_heads
-        self.dropout = Dropout(config.attention_dropout)
+        self.dropout = nn.Dropout(config.attention_dropout)
         # One fused projection: a single matrix product instead of three.
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
@@ -135,13 +51,14 @@ class SelfAttention(nn.Module):
         qkv = self.qkv(x)  # keys and values everywhere; queries too (one product: int8 Linear layers cannot be sliced)
         qkv_padded = unpadded.pad(qkv) if unpadded is not None else qkv  # SDPA wants [B, heads, T, head size]
         q, k, v = self._heads(qkv_padded).chunk(3, dim=1)
+        p = self.dropout.p if self.training else 0.0
         if selected is None:
-            x = merge_heads(attention(q, k, v, attn_mask, self.dropout))
+            x = merge_heads(attention(q, k, v, attn_mask, p))
             return self.out_proj(unpadded.unpad(x) if unpadded is not None else x)
         # The selected queries only, each sequence's in slots [B, slots].
         q = selected.rows_of(qkv)[:, : x.size(-1)]
         q_slots = q.new_zeros(*selected.query_positions.shape, q.size(-1)).index_put_((selected.batch, selected.slot), q)
-        x = merge_heads(attention(self._heads(q_slots), k, v, attn_mask, self.dropout, selected.query_positions))
+        x = merge_heads(attention(self._heads(q_slots), k, v, attn_mask, p, selected.query_positions))
         return self.out_proj(x[selected.batch, selected.slot])
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -155,28 +72,26 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout: Dropout,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, p: float,
     query_positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Scaled dot-product attention; with `query_positions` [B, slots], `q` holds the queries at
-    those positions only ([B, heads, slots, head size]).
+    """Scaled dot-product attention with dropout `p`; with `query_positions` [B, slots], `q` holds
+    the queries at those positions only ([B, heads, slots, head size]).
 
-    SDPA where its kernels can do the work. Otherwise (our dropout masks, or some queries only,
-    in training) SDPA's math kernel written out, the kernel CPU training takes anyway (no other
-    CPU kernel has dropout): the mask is drawn for every query and read at the selected ones, so
-    the random stream advances as the full attention's does."""
-    p = dropout.p if dropout.training else 0.0
-    if p == 0 or (query_positions is None and not dropout.draws_own(q.device)):
+    SDPA where its kernels can do the work. For some queries only, in training, SDPA's math kernel
+    written out (the kernel CPU training takes anyway: no other CPU kernel has dropout): the mask
+    is drawn for every query and read at the selected ones, so the random stream advances as the
+    full attention's does."""
+    if p == 0 or query_positions is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
     scale = q.size(-1) ** -0.25  # the kernel scales q and k by sqrt(1 / sqrt(head size)) each
     scores = (q * scale) @ (k * scale).transpose(-2, -1)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     batch, heads, length = k.shape[:3]
-    mask, keep_scale = dropout.mask((batch, heads, length, length), scores)
-    if query_positions is not None:
-        mask = mask.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
-    return (scores.softmax(-1) * mask * keep_scale) @ v
+    mask = dropout_mask((batch, heads, length, length), scores, p)
+    mask = mask.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
+    return (scores.softmax(-1) * mask) @ v
 
 
 class EncoderLayer(nn.Module):
@@ -187,8 +102,8 @@ class EncoderLayer(nn.Module):
         self.fc1 = nn.Linear(config.hidden_size, config.ffn_size)
         self.fc2 = nn.Linear(config.ffn_size, config.hidden_size)
         self.ffn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.dropout)
-        self.activation_dropout = Dropout(config.activation_dropout)
+        self.dropout = nn.Dropout(config.dropout)
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
@@ -199,13 +114,12 @@ class EncoderLayer(nn.Module):
         positions = unpadded.batch * unpadded.length if unpadded is not None else x.size(0) * x.size(1)
         rows = selected.flat if selected is not None else unpadded.index if unpadded is not None else None
 
-        def dropout(y: torch.Tensor, module: Dropout) -> torch.Tensor:
+        def dropout(y: torch.Tensor, module: nn.Dropout) -> torch.Tensor:
             if rows is None or not module.training or module.p == 0:
                 return module(y)
             # The mask drawn for every position of the padded batch and read at the rows computed:
             # the padded, full layer's random stream.
-            mask, scale = module.mask((positions, y.size(-1)), y)
-            return y * mask[rows] * scale
+            return y * dropout_mask((positions, y.size(-1)), y, module.p)[rows]
 
         a = self.attention(x, attn_mask, selected, unpadded)
         if selected is not None:
@@ -241,7 +155,7 @@ class ClassificationHead(nn.Module):
         super().__init__()
         inner_dim = inner_dim or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, inner_dim)
-        self.dropout = Dropout(config.classifier_dropout)
+        self.dropout = nn.Dropout(config.classifier_dropout)
         self.out_proj = nn.Linear(inner_dim, num_classes)
         self.labels = tuple(labels)
 
@@ -278,20 +192,11 @@ def build_head(config: RobertaConfig, spec: dict) -> nn.Module:
     return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), tuple(spec.get("labels", ())))
 
 
-@torch.no_grad()
-def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> None:
-    """Start a learned position table [P, H] as the original Transformer's sinusoids: sin/cos of
-    the position at geometric frequencies, at RMS `std` (the normal init's). The table is still
-    learned, so the architecture and every export stay RoBERTa's; what changes is that attention
-    can tell near from far at step 0. A 2 x 128 model pretrained for 20 CPU minutes leaves its
-    plateau minutes sooner this way (benchmarks/RESULTS.md). `[model] position_init`."""
-    width = weight.size(1)
-    position = torch.arange(weight.size(0) - padding_idx - 1, dtype=torch.float32, device=weight.device)[:, None]
-    angle = position * 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32, device=weight.device) / width)
-    scale = std * math.sqrt(2)  # a sin/cos column has RMS 1/sqrt(2)
-    weight.zero_()  # the padding row and the one before it stay zero: positions start after padding_idx
-    weight[padding_idx + 1 :, 0::2] = angle.sin() * scale
-    weight[padding_idx + 1 :, 1::2] = angle[:, : width // 2].cos() * scale
+def _as_output(h: torch.Tensor, select: torch.Tensor | str | None, unpadded: Unpadded | None) -> torch.Tensor:
+    """A layer's output as callers see it: [B, T, H]; [B, 1, H] for select="first"; [N, H] for a mask."""
+    if select is not None:
+        return h[:, None] if isinstance(select, str) else h
+    return unpadded.pad(h) if unpadded is not None else h
 
 
 class EncoderOutput(NamedTuple):
@@ -307,7 +212,7 @@ class RobertaModel(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.padding_idx)
         self.embed_positions = nn.Embedding(config.max_positions, config.hidden_size, config.padding_idx)
         self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
         self.lm_head = LMHead(config, self.embed_tokens.weight)
         self.heads = nn.ModuleDict()
@@ -328,60 +233,52 @@ class RobertaModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: torch.Tensor, return_all_hiddens: bool = False, first_only: bool = False, unpad: bool = False,
-        select: torch.Tensor | None = None,
+        self, tokens: torch.Tensor, return_all_hiddens: bool = False, unpad: bool = False,
+        select: torch.Tensor | str | None = None,
     ) -> EncoderOutput:
         """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H].
 
-        select: a boolean [B, T] mask; the last layer computes those positions only (their keys
-        and values still read every position) and last_hidden_state is their rows, [N, H] in the
-        order `hidden[select]` gives. The masked-LM loss selects the masked positions: the last
-        layer's products then run on ~15% of the tokens. The numbers are the full forward's at
-        those positions to rounding, on the CPU dropout included (its masks are drawn for every
-        position and read at the selected ones, so the random stream is the same); a GPU's fused
-        dropout kernels draw differently: there, the same in distribution.
-
-        first_only: select position 0 (`<s>`), all a classification head reads; last_hidden_state
-        is then [B, 1, H].
-
+        select: the positions the last layer computes, the others' keys and values still read:
+        "first" for `<s>` alone, all a classification head reads (last_hidden_state [B, 1, H]); a
+        boolean [B, T] mask for its positions ([N, H] in the order `hidden[select]` gives), as the
+        masked-LM loss reads its ~15% of masked tokens.
         unpad: the layers compute the real (non-padding) positions only, so a padded batch costs
-        what its real tokens cost, but for attention (MosaicBERT's and ModernBERT's unpadding).
-        Real positions are the padded forward's to rounding; padding positions are zero after the
-        embeddings (the padded forward computes meaningless numbers there). Dropout draws its masks
-        for the padded batch and reads them at the real positions, so in training too the numbers
-        are the padded forward's (on a GPU, as for `select`, the same in distribution).
+        what its real tokens cost but for attention (MosaicBERT's and ModernBERT's unpadding);
+        padding positions are zero after the embeddings.
+
+        Either way the numbers are the full padded forward's at the positions computed, to
+        rounding; in training too, since dropout's masks are drawn for the full padded batch and
+        read at those positions (`dropout_mask`).
         """
         if tokens.size(1) > self.config.max_seq_len:
-            raise UserError(
-                f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_seq_len} positions"
-            )
+            raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_seq_len} positions")
         padding = tokens.eq(self.config.padding_idx)
         # Without padding, no mask: SDPA may then take its fastest (flash) kernel.
         attn_mask = ~padding[:, None, None, :] if padding.any() else None
         x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
-        x = self.dropout(self.embed_layer_norm(x))
+        x = self.dropout(self.embed_layer_norm(x))  # [B, T, H]
         hidden_states = [x] if return_all_hiddens else None
         unpadded = Unpadded.of(padding) if unpad and attn_mask is not None else None
         if unpadded is not None:
-            x = unpadded.unpad(x)
-        if select is not None and unpadded is not None and (select & padding).any():
-            raise UserError("select: with unpad=True only real (non-padding) positions can be selected")
-        if first_only:
-            select = torch.zeros_like(padding)
-            select[:, 0] = True
-        selected = Selected.of(select, unpadded, slots=1 if first_only else None) if select is not None else None
-
-        def restore(h: torch.Tensor, selected: Selected | None) -> torch.Tensor:  # a layer's output as callers see it
-            if selected is not None:
-                return h[:, None] if first_only else h
-            return unpadded.pad(h) if unpadded is not None else h
-
+            x = unpadded.unpad(x)  # [N_real, H]
+        selected = self._selected(select, padding, unpadded)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x = layer(x, attn_mask, selected if i == last else None, unpadded)
             if hidden_states is not None:
-                hidden_states.append(restore(x, selected if i == last else None))
-        return EncoderOutput(hidden_states[-1] if hidden_states is not None else restore(x, selected), hidden_states)
+                hidden_states.append(_as_output(x, select if i == last else None, unpadded))
+        return EncoderOutput(hidden_states[-1] if hidden_states else _as_output(x, select, unpadded), hidden_states)
+
+    def _selected(self, select: torch.Tensor | str | None, padding: torch.Tensor, unpadded: Unpadded | None):
+        if select is None:
+            return None
+        if isinstance(select, str):
+            if select != "first":
+                raise UserError(f"select={select!r}: give 'first' or a boolean mask")
+            return Selected.first(padding, unpadded)
+        if unpadded is not None and (select & padding).any():
+            raise UserError("select: with unpad=True only real (non-padding) positions can be selected")
+        return Selected.of(select, unpadded)
 
     def lm_logits(self, hidden: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
         """Vocabulary logits; with a boolean `selected` mask, only for those positions ([N, V]).
@@ -402,15 +299,6 @@ class RobertaModel(nn.Module):
         """Attach a task head (ClassificationHead, SpanHead) under a name, initialised as the model is."""
         head.apply(self._init_weights)
         self.heads[name] = head
-        self.set_dropout_masks(self.dropout.masks)  # a head added later draws as the model does
-
-    def set_dropout_masks(self, masks: str) -> None:
-        """How every dropout draws its masks, heads included: "fast" (the default) or "torch"; see `Dropout`."""
-        if masks not in DROPOUT_MASKS:
-            raise UserError(f"dropout masks {masks!r}: expected one of {', '.join(DROPOUT_MASKS)}")
-        for module in self.modules():
-            if isinstance(module, Dropout):
-                module.masks = masks
 
     def remove_head(self, name: str) -> None:
         self._require_head(name)

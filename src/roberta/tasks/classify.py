@@ -168,7 +168,7 @@ def classify_objective(
             model.add_classification_head(task.name, len(task.labels) or 1, labels=task.labels)
 
     def loss(model: RobertaModel, batch: Batch) -> dict:
-        logits = model.classify(task.name, model(batch["tokens"], first_only=True).last_hidden_state).float()
+        logits = model.classify(task.name, model(batch["tokens"], select="first").last_hidden_state).float()
         gold = batch["labels"]
         if task.regression:
             predictions = logits.squeeze(-1)

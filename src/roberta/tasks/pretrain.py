@@ -28,7 +28,7 @@ from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.data.packing import FORMATS, PAIR_FORMATS
 from roberta.errors import UserError
-from roberta.model import RobertaModel, sinusoidal_positions
+from roberta.model import RobertaModel
 from roberta.train import distributed
 from roberta.train.config import JobConfig, load_job_config, scaled
 from roberta.train.metrics import training_flops_per_token
@@ -143,6 +143,23 @@ def mlm_metrics(sums: dict[str, float], examples: dict | None = None) -> dict[st
 
 
 TOKENIZER_FILES = ("vocab.json", "encoder.json", "vocab.txt")
+
+
+@torch.no_grad()
+def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> None:
+    """Start a learned position table [P, H] as the original Transformer's sinusoids: sin/cos of
+    the position at geometric frequencies, at RMS `std` (the normal init's). The table is still
+    learned, so the architecture and every export stay RoBERTa's; what changes is that attention
+    can tell near from far at step 0. A 2 x 128 model pretrained for 20 CPU minutes leaves its
+    plateau minutes sooner this way (benchmarks/RESULTS.md). `[model] position_init` (the CPU recipe)."""
+    width = weight.size(1)
+    position = torch.arange(weight.size(0) - padding_idx - 1, dtype=torch.float32, device=weight.device)[:, None]
+    angle = position * 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32, device=weight.device) / width)
+    scale = std * math.sqrt(2)  # a sin/cos column has RMS 1/sqrt(2)
+    weight.zero_()  # the padding row and the one before it stay zero: positions start after padding_idx
+    weight[padding_idx + 1 :, 0::2] = angle.sin() * scale
+    weight[padding_idx + 1 :, 1::2] = angle[:, : width // 2].cos() * scale
+
 
 
 def pretrain(

@@ -137,7 +137,7 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
             model.add_classification_head(RACE_HEAD, 1)
 
     def loss(model, batch: dict) -> dict:
-        hidden = model(batch["tokens"], first_only=True).last_hidden_state
+        hidden = model(batch["tokens"], select="first").last_hidden_state
         scores = model.classify(RACE_HEAD, hidden).float().view(-1, len(LETTERS))
         predictions = scores.argmax(-1)
         return {"loss": F.cross_entropy(scores, batch["labels"], reduction="sum"),

@@ -22,7 +22,6 @@ from typing import ClassVar
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
-from roberta.model import DROPOUT_MASKS
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class ModelSection:
     attention_dropout: float | None = None
     init_std: float | None = None  # std of the normal initialisation (BERT's and fairseq's: 0.02)
     # How the position table starts when the model is built from scratch: "normal" like every
-    # other weight, or "sinusoidal" (RobertaModel.init_sinusoidal_positions; still learned).
+    # other weight, or "sinusoidal" (tasks.pretrain.sinusoidal_positions; still learned).
     position_init: str = "normal"
 
     CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large"), "position_init": ("normal", "sinusoidal")}
@@ -101,13 +100,9 @@ class TrainSection:
     keep_last: int = 3
     best_metric: str = ""  # the evaluation figure RUN/best/ is chosen by ("" = the task's own)
     peak_tflops: float = 0.0  # for MFU; 0 = known GPU table or a measured CPU matmul peak
-    # fast: on the CPU, dropout masks from 15-bit random integers (roberta.model.Dropout); torch: torch's
-    # own, the random stream of torch and HF transformers
-    dropout_masks: str = "fast"
 
     CHOICES: ClassVar = {
         "precision": ("auto", "fp32", "bf16", "fp16"), "parallel": ("ddp", "fsdp"), "device": ("auto", "cpu", "cuda"),
-        "dropout_masks": DROPOUT_MASKS,
     }
     RANGES: ClassVar = {
         "batch_size": ">0", "micro_batch_size": ">0", "max_steps": ">0", "epochs": ">=0", "scale": ">0",

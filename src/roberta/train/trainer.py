@@ -140,7 +140,6 @@ def train(
     job = budget(job, per_epoch)
     cfg = job.train
     objective.add_heads(model)
-    model.set_dropout_masks(cfg.dropout_masks)
     best_metric = cfg.best_metric or objective.best_metric
 
     state = None
