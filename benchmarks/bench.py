@@ -1,20 +1,24 @@
-"""Every side-by-side benchmark, then one table between markers at the top of RESULTS.md.
+"""Every side-by-side benchmark, then one table between markers at the top of RESULTS.md and the
+run's own file under benchmarks/results/.
 
     .venv/bin/python benchmarks/bench.py            # `make bench`: <= 15 minutes on a quiet 2-core CPU
     .venv/bin/python benchmarks/bench.py --full     # `make bench-full`: + base@512, base-shape fine-tuning, larger sizes
-    .venv/bin/python benchmarks/bench.py --smoke    # every row at minimal sizes; writes runs/bench/RESULTS-smoke.md
+    .venv/bin/python benchmarks/bench.py --smoke    # every row at minimal sizes; writes under runs/bench/ only
 
 Runs, each in its own process, at the sizes of the chosen plan (PLANS below): pretrain_step.py,
 finetune_throughput.py, and the existing prepare_throughput.py, tokenizer_speed.py and
-embed_throughput.py, whose headline figure becomes a row (their own tables stay in their
-sections). The fp32 matmul peak for MFU is measured once, first. Output of each script:
-runs/bench/logs/NAME.log. The rest of RESULTS.md is left as it is.
+embed_throughput.py, whose headline figure becomes a row (their full tables: their own results
+files). The fp32 matmul peak for MFU is measured once, first. Output of each script:
+runs/bench/logs/NAME.log. The rest of RESULTS.md (the index of the other figures) is left as it is;
+the same table, dated, becomes benchmarks/results/YYYY-MM-DD-make-bench.md (`make bench-full`:
+...-make-bench-full.md), so a later run replaces the table at the top but not the record.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 import shutil
 import subprocess
@@ -136,7 +140,8 @@ What each row times (details: each script's `--help`):
   real tokens only) over the fp32 matmul peak measured at the start of the run.
 - **prepare, tokenization, embed**: the headline of `prepare_throughput.py`, `tokenizer_speed.py`
   and `embed_throughput.py` at the sizes in `benchmarks/bench.py` (one measurement, or the
-  embed script's slices); their full tables and method stay in their sections below. At
+  embed script's slices); their full tables and method are in their own files under
+  `benchmarks/results/`, linked below. At
   `make bench` sizes start-up weighs more than at their documented sizes (embed: 48 paragraphs,
   without the ONNX Runtime rows); `make bench-full` runs them at those sizes.
 """
@@ -200,6 +205,19 @@ def run_job(job: Job, args: argparse.Namespace, peak: float) -> tuple[list[Row],
         return failed, False
 
 
+def write_run_file(folder: Path, when: datetime.datetime, what: str, text: str) -> Path:
+    """`text`, the run's own record, as `folder/YYYY-MM-DD-what.md`; a second run the same day gets
+    its time in the name too, so no run's record replaces another's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{when:%Y-%m-%d}-{what}.md"
+    if path.exists():
+        path = folder / f"{when:%Y-%m-%d-%H%M}-{what}.md"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     size = p.add_mutually_exclusive_group()
@@ -209,7 +227,8 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
     p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="logs, caches, scratch (default runs/bench)")
     p.add_argument("--results", type=Path,
-                   help="file whose marked table is rewritten (default benchmarks/RESULTS.md; --smoke: a copy in --work)")
+                   help="file whose marked table is rewritten (default benchmarks/RESULTS.md; --smoke: a copy in --work); "
+                        "the run's own file goes to results/ beside it")
     args = p.parse_args()
     plan = "smoke" if args.smoke else "full" if args.full else "bench"
     args.work.mkdir(parents=True, exist_ok=True)
@@ -219,7 +238,8 @@ def main() -> None:
     results = args.results or harness.RESULTS
 
     started = time.perf_counter()
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    date = now.strftime("%Y-%m-%d %H:%M UTC")
     peak = harness.peak_matmul_flops(args.threads)
     print(f"fp32 matmul peak at {args.threads} threads: {peak / 1e9:.1f} GFLOP/s", flush=True)
     rows, ok = [], True
@@ -227,7 +247,8 @@ def main() -> None:
         found, succeeded = run_job(job, args, peak)
         rows += found
         ok &= succeeded
-    command = {"smoke": "bench.py --smoke", "full": "make bench-full", "bench": "make bench"}[plan]
+    command, what = {"smoke": ("bench.py --smoke", "bench-smoke"), "full": ("make bench-full", "make-bench-full"),
+                     "bench": ("make bench", "make-bench")}[plan]
     block = (
         f"## Side by side: ours vs HF transformers and plain encoders (`{command}`)\n\n"
         f"Measured {date} by `{command}` in {harness.elapsed(started)}: {harness.machine()}; "
@@ -239,7 +260,8 @@ def main() -> None:
         f"{harness.format_table(rows)}\n\n{NOTES}"
     )
     harness.rewrite_marked(results, block)
-    print(f"\n{block}\nwritten: {results}")
+    record = write_run_file(results.parent / "results", now, what, f"# `{command}`, {date}\n\n{block}\n")
+    print(f"\n{block}\nwritten: {results}, {record}")
     if not ok:
         raise SystemExit("some benchmarks failed; see runs/bench/logs/")
 

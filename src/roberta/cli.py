@@ -17,7 +17,7 @@ from roberta.errors import UserError
 
 # Large CPU tensors on transparent huge pages: torch reads this once, at its first allocation, so it
 # is set before anything imports torch. A base@128 CPU training step has 13x fewer page faults and
-# runs 6-9% faster; the numbers are the same (benchmarks/RESULTS.md). THP_MEM_ALLOC_ENABLE=0 turns it off.
+# runs 6-9% faster; the numbers are the same (benchmarks/experiments/huge-pages.md). THP_MEM_ALLOC_ENABLE=0 turns it off.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"

@@ -11,7 +11,7 @@
 
 Why so small: on a CPU the budget is a few TFLOPs, and a post-LN encoder first sits on the
 unigram plateau (it predicts the commonest token everywhere) until its attention starts to use
-context. The recipe is the best of a measured search (benchmarks/RESULTS.md, "A recipe for 20 CPU
+context. The recipe is the best of a measured search (benchmarks/experiments/recipe-search.md, "A recipe for 20 CPU
 minutes"). The model is a toy; the pipeline is the real one.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 # Source trees that are tests, tools or vendored code rather than library documentation.
 SKIPPED_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo", "ensurepip", "__pycache__"}
-# The CPU recipe (benchmarks/RESULTS.md, "A recipe for 20 CPU minutes"); the demo adds only what is
+# The CPU recipe (benchmarks/experiments/recipe-search.md); the demo adds only what is
 # about its own run: where it evaluates and checkpoints.
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pretrain-cpu-20min.toml"
 SENTENCES = [

@@ -28,8 +28,8 @@ from roberta.tokenizer import Tokenizer
 
 MASK = "<mask>"
 POOLS = ("cls", "mean")
-# Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark (benchmarks/RESULTS.md,
-# "Batch budget"). Smaller budgets make smaller matrix products; larger ones span wider length
+# Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark
+# (benchmarks/experiments/batch-tokens.md). Smaller budgets make smaller matrix products; larger ones span wider length
 # ranges per batch, so they pad more.
 DEFAULT_BATCH_TOKENS = 2048
 

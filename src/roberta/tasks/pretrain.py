@@ -151,7 +151,7 @@ def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> 
     the position at geometric frequencies, at RMS `std` (the normal init's). The table is still
     learned, so the architecture and every export stay RoBERTa's; what changes is that attention
     can tell near from far at step 0. A 2 x 128 model pretrained for 20 CPU minutes leaves its
-    plateau minutes sooner this way (benchmarks/RESULTS.md). `[model] position_init` (the CPU recipe)."""
+    plateau minutes sooner this way (benchmarks/experiments/recipe-search.md). `[model] position_init` (the CPU recipe)."""
     width = weight.size(1)
     position = torch.arange(weight.size(0) - padding_idx - 1, dtype=torch.float32, device=weight.device)[:, None]
     angle = position * 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32, device=weight.device) / width)

@@ -31,7 +31,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.AdamW:
     # The fused kernel matters on CPU too: the update is a chain of elementwise passes over every
-    # parameter, the embedding's 25M-50M included (benchmarks/RESULTS.md, "AdamW implementation").
+    # parameter, the embedding's 25M-50M included (benchmarks/experiments/adamw-implementation.md).
     kind = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[cfg.implementation]
     return torch.optim.AdamW(
         parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **kind

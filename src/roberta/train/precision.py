@@ -20,7 +20,7 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return "bf16"
     # On CPUs without native bf16 units bf16 matrix products run many times slower than fp32
-    # (benchmarks/RESULTS.md, "bf16 on this CPU").
+    # (benchmarks/experiments/bf16-cpu.md).
     return "fp32"
 
 

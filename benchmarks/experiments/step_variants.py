@@ -15,9 +15,9 @@
             everywhere` (`last_layer_masked_only=False`, as before), `chunked LM
             loss`, the LM projection and the loss in one pass over row chunks (`ChunkedLMLoss`
             below: logits, loss, argmax and the gradient of the logits formed chunk by chunk, the
-            two products of the backward left to it; not adopted: see benchmarks/RESULTS.md), and
-            `torch dropout masks`, `mlm_loss` with torch's dropout masks instead of our fast ones
-            (`[train] dropout_masks`; another random stream, so --check reports a difference).
+            two products of the backward left to it; not adopted: see benchmarks/experiments/chunked-lm-head.md). (A side with
+            torch's dropout masks against 15-bit "fast" ones decided experiments/dropout-masks.md;
+            the fast masks were removed since.)
             `--preset recipe`: the step of configs/pretrain-cpu-20min.toml instead (2 x 128, the
             8K BPE of time_to_quality.py, batch 8 x 128, 40% masked, no dropout).
 
@@ -30,11 +30,9 @@ which a shared host's load disturbs less than wall time) and wall seconds, and t
 ratios; then the host-side bookkeeping per step. --check N first runs N steps of each side from
 the same weights and seed (dropout on) and reports the largest relative difference of the losses.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/step_variants.py finetune --threads 1 --check 20
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/step_variants.py pretrain --threads 1 --check 20
-    .venv/bin/python benchmarks/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
-        --sides "mlm_loss,torch dropout masks"
-    .venv/bin/python benchmarks/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/experiments/step_variants.py finetune --threads 1 --check 20
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/experiments/step_variants.py pretrain --threads 1 --check 20
+    .venv/bin/python benchmarks/experiments/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
         --sides "mlm_loss,padded"
 """
 
@@ -44,6 +42,7 @@ import argparse
 import itertools
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +50,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import harness
+# harness.py and time_to_quality.py, shared with the `make bench` scripts, live one level up in benchmarks/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: E402
 
 from roberta.data.masking import IGNORE_INDEX
 from roberta.model import RobertaModel
@@ -142,15 +143,6 @@ def finetune_setup(data: Path, count: int) -> tuple:
     return model, objective, sides, batches, job.optim
 
 
-def torch_masks_mlm_loss(model: RobertaModel, batch: dict) -> dict[str, torch.Tensor]:
-    """`mlm_loss` with torch's dropout masks (the forward draws them all; the model is shared)."""
-    model.set_dropout_masks("torch")
-    try:
-        return mlm_loss(model, batch, nsp=False)
-    finally:
-        model.set_dropout_masks("fast")
-
-
 def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
     if preset == "recipe":  # configs/pretrain-cpu-20min.toml: 2 x 128, its 8K BPE, 8 x 128, 40% masked, no dropout
         import time_to_quality
@@ -181,7 +173,6 @@ def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
         "padded": lambda m, batch: mlm_loss(m, batch, nsp=False, unpad=False),
         "last layer everywhere": lambda m, batch: mlm_loss(m, batch, nsp=False, last_layer_masked_only=False),
         "chunked LM loss": chunked_mlm_loss,
-        "torch dropout masks": torch_masks_mlm_loss,
     }
     return model, objective, sides, batches, OptimSection()
 

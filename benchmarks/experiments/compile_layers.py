@@ -6,7 +6,7 @@ compile time (its first two steps) is reported, then slices of `--steps` steps r
 the two. `--profile` first prints the eager step's time by operator (torch.profiler, two steps),
 the share that matrix products take being what compile cannot fuse away.
 
-    .venv/bin/python benchmarks/compile_layers.py --preset tiny --seq 128 --slices 4 --profile
+    .venv/bin/python benchmarks/experiments/compile_layers.py --preset tiny --seq 128 --slices 4 --profile
 """
 
 from __future__ import annotations

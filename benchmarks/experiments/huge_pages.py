@@ -4,11 +4,11 @@ torch reads the setting once, at its first allocation, so each side is its own p
 alternate the two, the first rotating. A process builds the preset (random init), takes one
 warm-up step, then `--steps` timed steps of the trainer's step as `step_variants.py` takes it
 (`tasks.pretrain.mlm_loss`, backward, fused AdamW) on its first batch (16 x 128 of the corpus, 15%
-masked), dropout on (fast masks), and reports wall
+masked), dropout on, and reports wall
 seconds per step, minor page faults per step, user and system CPU seconds per step, and its
 losses (the two sides' must be equal: the setting moves memory, not arithmetic).
 
-    .venv/bin/python benchmarks/huge_pages.py --preset base --steps 3 --rounds 2
+    .venv/bin/python benchmarks/experiments/huge_pages.py --preset base --steps 3 --rounds 2
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import harness
+# harness.py and time_to_quality.py, shared with the `make bench` scripts, live one level up in benchmarks/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness  # noqa: E402
 
 SIDES = {"huge pages": "1", "4 KB pages": "0"}
 

@@ -4,7 +4,7 @@ Each implementation gets its own copy of the same model with the same random gra
 of `--steps` calls rotate through the three, so all see the same host. Prints the median and
 every slice in ms, and how far the fused path's parameters drift from foreach's.
 
-    .venv/bin/python benchmarks/adamw_step.py --preset tiny --slices 8
+    .venv/bin/python benchmarks/experiments/adamw_step.py --preset tiny --slices 8
 """
 
 from __future__ import annotations
