@@ -3,6 +3,10 @@
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
+# The real-weights fixture of tests/test_real_checkpoints.py: sapiens ships two fairseq RoBERTa
+# checkpoints with a symbol dict.txt. Its wheel requires fairseq and torch<2.5, neither of which the
+# tests import, so it is installed without dependencies (as an extra, pip would replace torch).
+SAPIENS := sapiens==1.0.5
 
 .PHONY: demo test test-fast install clean bench bench-full
 
@@ -11,6 +15,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-deps $(SAPIENS)
 	touch $@
 
 install: $(BIN)/.installed

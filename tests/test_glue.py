@@ -1,6 +1,8 @@
 """GLUE and own-data readers, label sets, official metrics, prediction files, `roberta evaluate glue`."""
 
 import json
+import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -271,3 +273,24 @@ def test_evaluate_glue_errors_exit_2_with_one_line(tmp_path, capsys):
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.startswith(f"roberta: error: {message}") and captured.err.count("\n") == 1
+
+
+def test_evaluate_glue_reports_an_undefined_correlation_as_null_in_valid_json(tmp_path, capsys):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("index\tsentence1\tsentence2\tscore\n0\ta\tb\t1.0\n1\tc\td\t4.0\n2\te\tf\t2.5\n")
+    write_predictions(TASKS["STS-B"], tmp_path / "p.tsv", ["0", "1", "2"], [3.0, 3.0, 3.0])
+    assert main(["evaluate", "glue", "--task", "STS-B", "--dev", str(dev), "--predictions", str(tmp_path / "p.tsv")]) == 0
+    captured = capsys.readouterr()
+
+    def no_nan(constant: str):
+        raise AssertionError(f"{constant} is not JSON")
+
+    assert json.loads(captured.out, parse_constant=no_nan) == {"pearson": None, "spearman": None}
+    assert captured.err == f"roberta: warning: pearson, spearman undefined: {tmp_path}/p.tsv predicts the same value everywhere\n"
+    # MCC of constant predictions and F1 without positives are 0, as scikit-learn (GLUE's scorer) makes
+    # them; during training a correlation is NaN (never the best checkpoint); all without warnings.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert metrics(TASKS["CoLA"], [1, 1, 1], [1, 0, 1]) == {"mcc": 0.0}
+        assert metrics(TASKS["MRPC"], [0, 0], [0, 0]) == {"f1": 0.0, "accuracy": 1.0}
+        assert all(math.isnan(v) for v in metrics(TASKS["STS-B"], [3.0], [1.0]).values())

@@ -1,6 +1,7 @@
 """The fairseq-style hub: batched equals one-by-one, fill_mask on a model that knows the answer,
 the same results from our, HF and fairseq directories, clear errors, and the CLI verbs."""
 
+import dataclasses
 from copy import deepcopy as copy_module
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from roberta.checkpoint import save
 from roberta.convert import export_fairseq, export_hf
 from roberta.hub import length_batches, pad_batch
 from roberta.infer import embed_file
+from roberta.model import SpanHead
+from roberta.tasks.squad import answer_windows
 from roberta.tokenizer import load_tokenizer
 
 # GPT-2's vocabulary on a micro encoder; 64 positions so that "too long" is cheap to reach.
@@ -303,3 +306,45 @@ def test_cli_errors_name_file_and_line_and_write_nothing(checkpoint_dir, tmp_pat
     assert cli.main(["fill-mask", ckpt, "no mask"]) == 2
     assert "exactly one <mask>" in capsys.readouterr().err
     assert not preds.exists()
+
+
+@pytest.fixture(scope="module")
+def qa_hub(shared_data) -> Roberta:
+    """130 positions, so a 128-token window, and an untrained span head: its spans are arbitrary, well formed."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(MICRO, max_positions=130)
+    hub = Roberta(RobertaModel(config), load_tokenizer(shared_data / "gpt2_bpe")).eval()
+    hub.model.add_head("squad", SpanHead(config))
+    return hub
+
+
+def test_answer_windows_follow_the_model():
+    assert answer_windows(512) == (384, 128, 64)  # the paper's window, HF's stride and question length
+    assert answer_windows(128) == (128, 42, 32)
+    assert answer_windows(10) == (10, 3, 2)
+    with pytest.raises(UserError, match="the model's 9 positions are too few"):
+        answer_windows(9)
+
+
+def test_answer_reads_a_long_context_on_a_130_position_model(qa_hub):
+    context = " ".join(f"Item {k} is in box {k % 7}." for k in range(60))  # ~480 tokens: several windows
+    spans = qa_hub.answer("Which box holds item 41?", context, topk=25)
+    assert len(spans) == 25  # more than decoding's default 20 candidates
+    assert [s for _, s, _ in spans] == sorted((s for _, s, _ in spans), reverse=True)
+    assert all(text and context[start:start + len(text)] == text for text, _, start in spans)
+    assert {start for _, _, start in spans if start > len(context) // 2}  # later windows are read too
+
+
+def test_answer_takes_one_question_or_a_list(qa_hub):
+    questions, context = ("Who went home?", "Where did Bob go?", "When?"), "Bob went home after the game on Sunday."
+    alone = [qa_hub.answer(q, context, topk=2) for q in questions]
+    for together in (qa_hub.answer(list(questions), context, topk=2), qa_hub.answer(questions, [context] * 3, topk=2)):
+        assert len(together) == 3
+        for got, expected in zip(together, alone):
+            assert [(t, at) for t, _, at in got] == [(t, at) for t, _, at in expected]
+            assert [s for _, s, _ in got] == pytest.approx([s for _, s, _ in expected], abs=1e-4)
+    # A context of only whitespace has no span, alone or among others.
+    assert qa_hub.answer("Who?", " \n\t ") == []
+    blank, full = qa_hub.answer(["Who?", "Who?"], [" ", context])
+    (text, _, start), = qa_hub.answer("Who?", context)
+    assert blank == [] and [(t, at) for t, _, at in full] == [(text, start)]

@@ -277,6 +277,22 @@ def test_evaluate_squad_command(tmp_path, capsys):
     assert "bad.json: 'a': expected a string, got int" in capsys.readouterr().err
 
 
+def test_evaluate_squad_prints_valid_json_for_infinite_odds(tmp_path, capsys):
+    # `decode` gives a context of only spaces infinite null odds; the best threshold may be one.
+    dev = squad_file(tmp_path, ARTICLE)
+    predictions, odds = tmp_path / "predictions.json", tmp_path / "null_odds.json"
+    write_predictions(predictions, {"a": "France", "b": ""})
+    write_predictions(odds, {"a": float("inf"), "b": 0.5})
+    assert main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions),
+                 "--null-odds", str(odds)]) == 0
+
+    def no_constant(name: str):
+        raise AssertionError(f"{name} is not JSON")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=no_constant)
+    assert (out["best_exact"], out["best_exact_thresh"]) == (100.0, None)
+
+
 # ---------------------------------------------------------------- RACE
 
 

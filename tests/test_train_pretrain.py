@@ -71,6 +71,18 @@ def test_sinusoidal_position_init_reaches_the_model_through_the_cli(corpus, tmp_
     assert main(["pretrain", "--data", "x", "--out", str(tmp_path / "bad"), "--model.position_init=rotary"]) != 0
 
 
+def test_overwrite_replaces_a_finished_run_and_only_after_the_command_is_checked(corpus, tmp_path):
+    run = tmp_path / "run"
+    assert pretrain(corpus, run, "--train.max_steps=3") == 0
+    (run / "stray.txt").write_text("x")
+    assert pretrain(corpus, run, "--train.max_steps=2", "--overwrite", "--data.seq_len=100000") == 2
+    assert (run / "stray.txt").exists() and (run / "checkpoints" / "step-00000003").is_dir()
+    assert pretrain(corpus, run, "--train.max_steps=2", "--overwrite") == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 2 and max(steps) == 2  # the old run's records are gone, not appended to
+    assert not (run / "stray.txt").exists() and not (run / "checkpoints" / "step-00000003").exists()
+
+
 def test_pair_format_trains_an_nsp_head(corpus, tmp_path):
     run = tmp_path / "nsp"
     assert pretrain(corpus, run, "--train.max_steps=3", "--data.format=segment-pair") == 0
@@ -84,7 +96,7 @@ def test_pretrain_errors_are_one_line_user_errors(corpus, tmp_path, capsys):
     assert pretrain(corpus, tmp_path / "a", "--train.max_stepz=3") == 2
     assert "train.max_stepz" in capsys.readouterr().err
     assert pretrain(corpus, tmp_path / "b", "--resume") == 2
-    assert "no checkpoint" in capsys.readouterr().err
+    assert "--resume given but there is no run to continue" in capsys.readouterr().err
     assert main(["pretrain", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "c")]) == 2
     assert "missing" in capsys.readouterr().err
 
@@ -109,6 +121,18 @@ def test_a_refused_command_leaves_the_run_as_it_was(corpus, tmp_path, capsys):
     # --resume where nothing was ever saved writes nothing at all.
     assert pretrain(corpus, tmp_path / "empty", "--resume") == 2
     assert not (tmp_path / "empty").exists()
+
+    # A used --out without --resume or --overwrite: refused, the run as it was (no second run appended).
+    capsys.readouterr()
+    assert pretrain(corpus, run, "--train.max_steps=3") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds a finished run; pass --resume" in err[0], err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    assert pretrain(corpus, tmp_path / "notes", "--train.max_steps=1") == 2
+    assert "not empty (it holds 'todo.txt')" in capsys.readouterr().err
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
 
     # A kill while appending to metrics.jsonl leaves a torn last line: resume drops it.
     with (run / "metrics.jsonl").open("a") as f:

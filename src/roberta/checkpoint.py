@@ -2,10 +2,12 @@
 
 `config.json` is `{"format": "roberta", "config": <RobertaConfig fields>, "heads": {name: spec}}`,
 a head's spec being `{"kind": "classification", "num_classes": n, "inner_dim": d, "labels": [...]}`
-(labels optional) or `{"kind": "span"}`; a spec without "kind" (older files) is a classifier. `model.safetensors` holds the model's state dict with
-the tied `lm_head.weight` left out (it is `embed_tokens.weight`). Loading checks every key and
-shape against a freshly built model before copying anything, so a bad file leaves nothing
-half-loaded; saving writes a temporary directory and renames it into place.
+(labels optional) or `{"kind": "span"}`; a spec without "kind" (older files) is a classifier;
+`"lm_head": false` marks a model without a masked-LM head (imported from an HF RobertaModel or
+classifier), whose `lm_head.*` tensors are then not stored. `model.safetensors` holds the model's
+state dict with the tied `lm_head.weight` left out (it is `embed_tokens.weight`). Loading checks
+every key and shape against a freshly built model before copying anything, so a bad file leaves
+nothing half-loaded; saving writes a temporary directory and renames it into place.
 """
 
 from __future__ import annotations
@@ -27,6 +29,29 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 # The LM projection is the token embedding (tied); it is stored once, under embed_tokens.
 TIED_KEY, TIED_TO = "lm_head.weight", "embed_tokens.weight"
+LM_HEAD_PREFIX = "lm_head."
+# The instance attribute naming where a model without a masked-LM head came from.
+_NO_LM_HEAD = "without_lm_head"
+
+
+def without_lm_head(model: RobertaModel) -> str | None:
+    """Where a model whose checkpoint held no masked-LM head was read from, or None when it has
+    one. Such a model's `lm_head` holds seeded stand-in weights: they must never fill a mask."""
+    return getattr(model, _NO_LM_HEAD, None)
+
+
+def mark_without_lm_head(model: RobertaModel, source: str | None) -> RobertaModel:
+    """Record that `model` has no trained masked-LM head (`source` says whence), or with None that it has one."""
+    setattr(model, _NO_LM_HEAD, source)
+    return model
+
+
+def require_lm_head(model: RobertaModel, what: str) -> None:
+    """A one-line UserError for `what` (fill-mask, ...) on a model without a masked-LM head."""
+    source = without_lm_head(model)
+    if source is not None:
+        raise UserError(f"{source}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); "
+                        f"{what} needs a checkpoint with one")
 
 
 def head_shapes(model: RobertaModel) -> dict[str, dict]:
@@ -69,12 +94,13 @@ def _with_heads(model: RobertaModel, heads: dict[str, dict]) -> RobertaModel:
     return model
 
 
-def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: str) -> RobertaModel:
-    """Copy `state` (without the tied key) into `model` after checking every key and shape.
+def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: str, lm_head: bool = True) -> RobertaModel:
+    """Copy `state` (without the tied key; without `lm_head.*` unless `lm_head`) into `model` after
+    checking every key and shape.
 
     Nothing is copied unless the whole state dict fits, so a failure leaves `model` untouched.
     """
-    expected = {k: v for k, v in model.state_dict().items() if k != TIED_KEY}
+    expected = {k: v for k, v in model.state_dict().items() if k != TIED_KEY and (lm_head or not k.startswith(LM_HEAD_PREFIX))}
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing:
@@ -88,7 +114,7 @@ def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: st
             )
         if not tensor.is_floating_point():
             raise UserError(f"{source}: key {key!r} has dtype {tensor.dtype}, expected a floating-point tensor")
-    model.load_state_dict({**state, TIED_KEY: state[TIED_TO]})
+    model.load_state_dict({**state, TIED_KEY: state[TIED_TO]}, strict=lm_head)
     return model
 
 
@@ -108,18 +134,26 @@ def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     heads = head_shapes(model)
     if tokenizer is not None:
         check_vocabulary(tokenizer, model.config, str(directory))
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
+    lm_head = without_lm_head(model) is None
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
+             if k != TIED_KEY and (lm_head or not k.startswith(LM_HEAD_PREFIX))}
     meta = {"format": FORMAT, "config": model.config.to_dict(), "heads": heads}
+    if not lm_head:
+        meta["lm_head"] = False
     if tokenizer is not None:
         # Recorded so that tokenizer files swapped or edited later are refused on load, not decoded wrongly.
         meta["tokenizer"] = {"fingerprint": tokenizer.fingerprint()}
     write_json(directory / CONFIG_FILE, meta)
-    # safetensors creates its file private (0600): written aside, then published with the umask.
-    weights = temporary_path(directory / WEIGHTS_FILE)
-    save_file(state, str(weights), metadata={"format": "pt"})
-    publish(weights, directory / WEIGHTS_FILE)
+    save_safetensors(state, directory / WEIGHTS_FILE)
     if tokenizer is not None:
         tokenizer.save(directory)
+
+
+def save_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors creates its file private (0600): written aside, then published with the umask."""
+    weights = temporary_path(path)
+    save_file(state, str(weights), metadata={"format": "pt"})
+    publish(weights, path)
 
 
 def save(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
@@ -142,6 +176,12 @@ def is_checkpoint(directory: str | Path) -> bool:
 
 def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict], str | None]:
     """config.json → (model config, head specs, the fingerprint of the tokenizer it was saved with or None)."""
+    config, heads, fingerprint, _ = _read_meta(directory)
+    return config, heads, fingerprint
+
+
+def _read_meta(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict], str | None, bool]:
+    """`read_config`'s three, and whether the checkpoint holds a masked-LM head."""
     path = Path(directory) / CONFIG_FILE
     meta = read_json(path)
     if meta.get("format") != FORMAT:
@@ -153,8 +193,11 @@ def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict], 
     recorded = meta.get("tokenizer")  # absent in checkpoints written before it was recorded
     if recorded is not None and not (isinstance(recorded, dict) and isinstance(recorded.get("fingerprint"), str)):
         raise UserError(f"{path}: field 'tokenizer.fingerprint' must be a string")
+    lm_head = meta.get("lm_head", True)
+    if type(lm_head) is not bool:
+        raise UserError(f"{path}: field 'lm_head' must be true or false, not {lm_head!r}")
     config = RobertaConfig.from_dict(meta["config"], source=f"{path}: config")
-    return config, heads, recorded["fingerprint"] if recorded else None
+    return config, heads, recorded["fingerprint"] if recorded else None, lm_head
 
 
 def check_fingerprint(tokenizer, recorded: str | None, directory: Path) -> None:
@@ -202,24 +245,23 @@ def load(
 ) -> tuple[RobertaModel, object | None]:
     """Read a checkpoint directory → (model in eval mode, tokenizer or None if it holds none)."""
     directory = Path(directory)
-    config, heads, fingerprint = read_config(directory)
+    config, heads, fingerprint, lm_head = _read_meta(directory)
     tokenizer = load_tokenizer_if_present(directory)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
         check_fingerprint(tokenizer, fingerprint, directory)
     state = read_safetensors(directory / WEIGHTS_FILE, map_location)
-    model = build_model(config, heads, map_location)
-    load_weights(model, state, str(directory / WEIGHTS_FILE))
-    return model.eval(), tokenizer
+    model = build_model(config, heads, map_location, initialise=not lm_head)
+    load_weights(model, state, str(directory / WEIGHTS_FILE), lm_head)
+    return mark_without_lm_head(model, None if lm_head else str(directory)).eval(), tokenizer
 
 
 def load_tokenizer_if_present(directory: Path):
     """The directory's tokenizer, or None when it has no tokenizer files at all."""
-    names = {"vocab.json", "merges.txt", "encoder.json", "vocab.bpe", "dict.txt", "vocab.txt", "tokenizer.json"}
-    if not any((directory / name).exists() for name in names):
-        return None
-    from roberta.tokenizer import load_tokenizer
+    from roberta.tokenizer import TOKENIZER_FILES, load_tokenizer
 
+    if not any((directory / name).exists() for name in TOKENIZER_FILES):
+        return None
     return load_tokenizer(directory)
 
 

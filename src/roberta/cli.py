@@ -159,7 +159,11 @@ def _pretrain(subparsers) -> None:
     p.add_argument("--data", required=True, help="prepared corpus directory")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--tokenizer", help="tokenizer directory saved into checkpoints (default: found in/beside --data)")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its latest checkpoint (a finished one goes on if "
+                   "train.max_steps grew)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --out holds (a run, or anything else), once the command has been checked")
     p.add_argument("--init-from", help="start from a checkpoint (ours, HF or fairseq) instead of random weights")
     p.add_argument("--scale", type=float, help="shrink batch, steps and warmup together (same as --train.scale)")
     p.set_defaults(overrides=[])
@@ -171,7 +175,8 @@ def _pretrain(subparsers) -> None:
         extra = [f"--train.scale={args.scale}"] if args.scale is not None else []
         job = load_pretrain_job(args.config, [*args.overrides, *extra])
         result = pretrain(
-            job, args.data, args.out, tokenizer=args.tokenizer, resume=args.resume, init_from=args.init_from
+            job, args.data, args.out, tokenizer=args.tokenizer, resume=args.resume, overwrite=args.overwrite,
+            init_from=args.init_from
         )
         if int(os.environ.get("RANK", "0")) == 0:
             figures = ", ".join(f"{k} {v:.4g}" for k, v in result.valid.items())
@@ -221,7 +226,10 @@ def _fill_mask(subparsers) -> None:
     p.add_argument("--topk", type=int, default=5, help="how many fillings (default 5)")
 
     def run(args: argparse.Namespace) -> None:
+        from roberta.checkpoint import require_lm_head
+
         roberta = _load_hub(args)
+        require_lm_head(roberta.model, "fill-mask")  # before --int8 prints its comparison
         if args.int8:
             from roberta.int8 import quantize_for_fill_mask
 
@@ -266,9 +274,11 @@ def _predict(subparsers) -> None:
     _hub_options(p)
     p.add_argument("--head", help="classification head name (required without --task)")
     p.add_argument("--task", metavar="T", help="a GLUE task: read --input as its test TSV and write the leaderboard "
-                   "file (index, label name; a score for STS-B) with the head named T")
+                   "file (index, label name; a score for STS-B) with the head named T, which must have T's "
+                   "number of outputs (no --head, --columns or --header with it)")
     _line_file_options(p, input_help="TSV file (tab-separated, no quoting)", out_help="TSV file to write")
-    p.add_argument("--columns", default="0",
+    # No default: with --task a --columns given is refused, not ignored.
+    p.add_argument("--columns",
                    help="text column, or two for a pair: 0-based indices or header names, e.g. 0 or 1,2 or "
                    "sentence1,sentence2 (names imply --header; default 0)")
     p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
@@ -279,12 +289,19 @@ def _predict(subparsers) -> None:
         if args.task:
             from roberta.tasks.glue import get_task, predict_test_file
 
+            # The task fixes the head (named after it) and the columns (its test file's header).
+            given = [option for option, value in (("--head", args.head), ("--columns", args.columns),
+                                                  ("--header", args.header)) if value]
+            if given:
+                raise UserError(f"predict: {given[0]} means nothing with --task (it reads the task's test columns "
+                                f"with the head named {args.task!r})")
             task = get_task(args.task)
             print(f"{args.out}: {predict_test_file(_load_hub(args), task, args.input, args.out, args.int8)} predictions")
             return
         if not args.head:
             raise UserError("predict: give --head (or --task for a GLUE test file)")
-        rows = predict_file(_load_hub(args), args.head, args.input, args.out, columns=args.columns,
+        columns = "0" if args.columns is None else args.columns
+        rows = predict_file(_load_hub(args), args.head, args.input, args.out, columns=columns,
                             header=args.header, truncate=args.truncate, progress=not args.no_progress, int8=args.int8)
         print(f"{args.out}: {rows} predictions")
 
@@ -324,23 +341,29 @@ def _finetune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int, help="evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)")
     p.add_argument("--seeds", type=int, default=1, help="run N seeds (RUN/seedK) and report the median (default 1)")
     p.add_argument("--sweep", action="store_true", help="the paper's grid: batch {16, 32} x LR {1e-5, 2e-5, 3e-5}")
-    p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its latest checkpoint (with --seeds/--sweep: every member; "
+                   "finished ones are reported as they are)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --out holds (removed only once the whole command has been checked)")
     p.set_defaults(overrides=[])
 
 
-def _run_finetune(args: argparse.Namespace, finetune_one, lr: float, batch_size: int, epochs: float = 10,
+def _run_finetune(args: argparse.Namespace, plan_task, lr: float, batch_size: int, epochs: float = 10,
                   extra: tuple = ()) -> None:
     """The task's recipe (its LR, batch, epochs), the --config file and the overrides, then every
-    planned run (one, --seeds or --sweep) of `finetune_one(job, out, init=, init_task=, resume=)`;
-    prints the summary."""
+    member (one run, --seeds or --sweep) planned with `plan_task(job, model, tokenizer, source)`
+    and run; prints the summary."""
     import json
 
-    from roberta.tasks.finetune import load_finetune_job, run_all
+    from roberta.tasks.finetune import Start, finetune, load_finetune_job
 
+    if args.eval_every is not None and args.eval_every < 1:
+        raise UserError(f"--eval-every must be at least 1, not {args.eval_every}")
     extra = [*extra, *([f"--train.eval_every={args.eval_every}"] if args.eval_every else [])]
     job = load_finetune_job(args.config, args.overrides, lr, batch_size, epochs, extra=extra)
-    summary = run_all(job, args.out, args.seeds, args.sweep, lambda cell, out: finetune_one(
-        cell, out, init=args.init, init_task=args.init_task, resume=args.resume))
+    summary = finetune(job, args.out, Start(args.init, args.init_task), plan_task, seeds=args.seeds, sweep=args.sweep,
+                       resume=args.resume, overwrite=args.overwrite)
     print(json.dumps(summary, indent=2))
 
 
@@ -359,15 +382,18 @@ def _finetune_glue(tasks) -> None:
     def run(args: argparse.Namespace) -> None:
         from pathlib import Path
 
-        from roberta.tasks.classify import finetune_sentences
+        from roberta.tasks.classify import plan_sentences
         from roberta.tasks.glue import get_task, read_split, sentence_task
 
         task = get_task(args.task)
         data = Path(args.data)
-        train = read_split(task, data / "train.tsv", labelled=True)
-        dev = {name: (read_split(task, data / file, labelled=True), data / file) for name, file in task.dev_sets}
-        _run_finetune(args, lambda job, out, **start: finetune_sentences(
-            sentence_task(task), job, train, data / "train.tsv", dev, out=out, **start), task.lr, task.batch_size)
+
+        def plan(job, model, tokenizer, source):
+            train = read_split(task, data / "train.tsv", labelled=True)
+            dev = {name: (read_split(task, data / file, labelled=True), data / file) for name, file in task.dev_sets}
+            return plan_sentences(sentence_task(task), train, data / "train.tsv", dev, job, model, tokenizer, source)
+
+        _run_finetune(args, plan, task.lr, task.batch_size)
 
     p.set_defaults(handler=run)
 
@@ -392,16 +418,18 @@ def _finetune_classify(tasks) -> None:
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.classify import SentenceTask, finetune_sentences, label_set, own_data_metrics, read_labelled_file
+        from roberta.tasks.classify import label_set, own_data_task, plan_sentences, read_labelled_file
 
         columns = dict(text_column=args.text_column, pair_column=args.pair_column, label_column=args.label_column,
                        regression=args.regression)
-        train = read_labelled_file(args.train, **columns)
-        dev = read_labelled_file(args.dev, **columns)
-        labels = () if args.regression else label_set(train, args.train)
-        task = SentenceTask(args.head, labels, own_data_metrics(labels), "pearson" if args.regression else "accuracy")
-        _run_finetune(args, lambda job, out, **start: finetune_sentences(
-            task, job, train, args.train, {"dev": (dev, args.dev)}, out=out, **start), args.lr, args.batch_size)
+
+        def plan(job, model, tokenizer, source):
+            train = read_labelled_file(args.train, **columns)
+            dev = read_labelled_file(args.dev, **columns)
+            task = own_data_task(args.head, () if args.regression else label_set(train, args.train))
+            return plan_sentences(task, train, args.train, {"dev": (dev, args.dev)}, job, model, tokenizer, source)
+
+        _run_finetune(args, plan, args.lr, args.batch_size)
 
     p.set_defaults(handler=run)
 
@@ -423,11 +451,11 @@ def _finetune_squad(tasks) -> None:
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, SQUAD_MAX_LENGTH, finetune_squad
+        from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, SQUAD_MAX_LENGTH, plan_squad
 
-        _run_finetune(args, lambda job, out, **start: finetune_squad(
-            job, args.version, args.train, args.dev, out=out, stride=args.stride, max_query=args.max_query, **start),
-            SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
+        _run_finetune(args, lambda job, model, tokenizer, source: plan_squad(
+            args.version, args.train, args.dev, job, model, tokenizer, source, stride=args.stride,
+            max_query=args.max_query), SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
 
     p.set_defaults(handler=run)
 
@@ -446,9 +474,9 @@ def _finetune_race(tasks) -> None:
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.race import RACE_BATCH, RACE_EPOCHS, RACE_LR, finetune_race
+        from roberta.tasks.race import RACE_BATCH, RACE_EPOCHS, RACE_LR, plan_race
 
-        _run_finetune(args, lambda job, out, **start: finetune_race(job, args.data, out=out, max_qa=args.max_qa, **start),
+        _run_finetune(args, lambda job, model, tokenizer, source: plan_race(args.data, args.max_qa, job, model, tokenizer, source),
                       RACE_LR, RACE_BATCH, RACE_EPOCHS)
 
     p.set_defaults(handler=run)
@@ -461,7 +489,9 @@ def _evaluate_glue(tasks) -> None:
         description="Matches the rows of --predictions (the GLUE server's TSV: a header, then "
         "index<TAB>prediction, the label name as in the data files or a score for STS-B) to --dev by "
         "index and prints the task's official metrics as one JSON object: accuracy; F1 and accuracy "
-        "for MRPC and QQP; Matthews correlation (mcc) for CoLA; Pearson and Spearman for STS-B.",
+        "for MRPC and QQP; Matthews correlation (mcc) for CoLA; Pearson and Spearman for STS-B. A correlation "
+        "that is undefined (every prediction, or every label, the same) is null, with a warning; MCC of constant "
+        "predictions and F1 with no positive class anywhere are 0, as scikit-learn has them.",
     )
     # Checked by the handler, so that building the parser imports no task module.
     p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
@@ -469,11 +499,9 @@ def _evaluate_glue(tasks) -> None:
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index")
 
     def run(args: argparse.Namespace) -> None:
-        import json
-
         from roberta.tasks.glue import evaluate_predictions, get_task
 
-        print(json.dumps(evaluate_predictions(get_task(args.task), args.dev, args.predictions)))
+        _print_figures(evaluate_predictions(get_task(args.task), args.dev, args.predictions))
 
     p.set_defaults(handler=run)
 
@@ -495,13 +523,19 @@ def _evaluate_squad(tasks) -> None:
                    help="v2.0 only: JSON {id: null score - best span score}, as the official --na-prob-file")
 
     def run(args: argparse.Namespace) -> None:
-        import json
-
         from roberta.tasks.squad import evaluate_squad
 
-        print(json.dumps(evaluate_squad(args.dev, args.predictions, args.version, args.null_odds)))
+        _print_figures(evaluate_squad(args.dev, args.predictions, args.version, args.null_odds))
 
     p.set_defaults(handler=run)
+
+
+def _print_figures(figures: dict) -> None:
+    """`evaluate`'s one JSON object; a figure that is no number (an undefined correlation, an
+    infinite threshold) is null (`io.to_json`)."""
+    from roberta.io import to_json
+
+    print(to_json(figures))
 
 
 # --- verbs: one function each, registered in VERBS below -------------------------------------

@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from roberta.checkpoint import check_vocabulary
+from roberta.checkpoint import check_vocabulary, require_lm_head
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.tokenizer import Tokenizer
@@ -187,11 +188,8 @@ class Roberta(nn.Module):
     def embed(self, tokens: TokenSeqs, layer: int = -1, pool: str = "cls") -> torch.Tensor:
         """One vector per sequence, [N, H]: layer `layer` (0 = embeddings, -1 = last) pooled at
         `<s>` ("cls") or averaged over the sequence's tokens ("mean"), batched by length."""
+        self.check_embed(layer, pool)
         layers = self.model.config.num_layers + 1
-        if not -layers <= layer < layers:
-            raise UserError(f"layer {layer} out of range: the model has {layers} (embeddings + {layers - 1} layers), -{layers}..{layers - 1}")
-        if pool not in POOLS:
-            raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
             last = layer in (-1, layers - 1)
@@ -205,6 +203,23 @@ class Roberta(nn.Module):
 
         return torch.stack(self._batched(tokens, run))
 
+    def check_embed(self, layer: int, pool: str) -> None:
+        """`embed`'s options, checked on their own: a file is refused before anything is read or drawn."""
+        layers = self.model.config.num_layers + 1
+        if type(layer) is not int or not -layers <= layer < layers:
+            raise UserError(f"layer {layer!r} out of range: the model has {layers} (embeddings + {layers - 1} layers), -{layers}..{layers - 1}")
+        if pool not in POOLS:
+            raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
+
+    def head(self, name: str, kind: str) -> nn.Module:
+        """The head `name`, which must be of `kind` ("classification" for `predict`, "span" for
+        `answer`), else a UserError: a span head's two logits per token are no class scores."""
+        head = self.model._require_head(name)
+        if head.kind != kind:
+            use = "predict/--head" if head.kind == "classification" else "answer()"
+            raise UserError(f"head {name!r} is a {head.kind} head (for {use}), not a {kind} head")
+        return head
+
     def register_classification_head(self, name: str, num_classes: int, inner_dim: int | None = None) -> None:
         self.model.add_classification_head(name, num_classes, inner_dim)
         # A new module starts in train mode; in an eval-mode hub its dropout would make predictions random.
@@ -212,6 +227,8 @@ class Roberta(nn.Module):
 
     def predict(self, head: str, tokens: torch.Tensor | TokenSeqs, return_logits: bool = False) -> torch.Tensor:
         """Log-probabilities [B, C] of the classification head `head` (its logits with `return_logits`)."""
+        self.head(head, "classification")
+
         def run(batch: torch.Tensor) -> torch.Tensor:
             # The head reads `<s>` only: the last layer computes nothing else.
             return self.model.classify(head, self.model(batch, select="first", unpad=True).last_hidden_state)
@@ -226,20 +243,31 @@ class Roberta(nn.Module):
 
     def answer(self, question: str | Sequence[str], context: str | Sequence[str], topk: int = 1,
                name: str = "squad") -> list:
-        """Extractive QA with the span head `name`: the `topk` best spans [(text, score, char_start)]
-        of `context`, decoded as SQuAD dev is; for lists of questions and contexts, one such list each."""
-        from roberta.tasks.squad import SquadExample, SquadTask, make_windows, predict_windows
+        """Extractive QA with the span head `name`: up to `topk` spans [(text, score, char_start)]
+        of `context`, best first, decoded as SQuAD dev is.
 
-        single = isinstance(question, str)
-        questions, contexts = ([question], [context]) if single else (list(question), list(context))
-        if len(questions) != len(contexts):
-            raise UserError(f"{len(questions)} questions but {len(contexts)} contexts")
-        self.model._require_head(name)
-        examples = [SquadExample(str(i), q, c, ()) for i, (q, c) in enumerate(zip(questions, contexts))]
-        windows = make_windows(self.tokenizer, examples, min(384, self.max_seq_len), train=False).windows
-        decoded = predict_windows(self.model, SquadTask("1.1", name), examples, windows, self.tokenizer.pad_id)
-        answers = [[(s.text, s.score, s.char_start) for s in decoded.nbest[e.id][:topk]] for e in examples]
-        return answers[0] if single else answers
+        A question and a context (strings) give one such list. A list of questions gives one list
+        each: against a list of as many contexts, or all against one context string. A question
+        must hold text and a context must not be empty (UserError naming the argument); a context
+        of only whitespace has no span ([]). Contexts are read in overlapping windows sized to the
+        model's positions (`squad.answer_windows`); a question is cut to the window's share.
+        """
+        from roberta.tasks.squad import SquadExample, SquadTask, answer_windows, make_windows, predict_windows
+
+        questions, contexts = _question_context_pairs(question, context)
+        if type(topk) is not int or topk < 1:
+            raise UserError(f"topk {topk!r} out of range: give 1 or more")
+        self.head(name, "span")
+        max_length, stride, max_query = answer_windows(self.max_seq_len)
+        examples = [SquadExample(str(i), q, c, ()) for i, (q, c) in enumerate(zip(questions, contexts)) if c.strip()]
+        nbest = {}
+        if examples:
+            windows = make_windows(self.tokenizer, examples, max_length, stride, max_query, train=False).windows
+            # Decoding's usual 20 candidates (HF's n_best_size), more when more spans are asked for.
+            nbest = predict_windows(self.model, SquadTask("1.1", name), examples, windows, self.tokenizer.pad_id,
+                                    n_best=max(topk, 20)).nbest
+        answers = [[(s.text, s.score, s.char_start) for s in nbest.get(str(i), [])[:topk]] for i in range(len(questions))]
+        return answers[0] if isinstance(question, str) else answers
 
     def fill_mask(self, masked_input: str | Sequence[str], topk: int = 5):
         """The `topk` fillings of the one `<mask>` in a text: [(filled text, probability, token)].
@@ -247,8 +275,12 @@ class Roberta(nn.Module):
         fairseq's semantics: the text is split at `<mask>`, each side right-stripped and encoded
         on its own, so the mask stands for a token that carries its leading space (' Paris'),
         and the filled text replaces ' <mask>' (or '<mask>' with no space before it) by that
-        token. A list of texts gives a list of such lists, computed in batches.
+        token. A symbol or WordPiece token carries no space: it replaces '<mask>' alone
+        ("EVQL<mask>ES" -> "EVQLVES"). A list of texts gives a list of such lists, computed in batches.
+
+        Refused for a model whose checkpoint held no masked-LM head.
         """
+        require_lm_head(self.model, "fill_mask")
         vocab = self.model.config.vocab_size
         if self.tokenizer.vocab_size != vocab:
             # The LM would rank ids the tokenizer cannot spell, or never predict some it can.
@@ -269,6 +301,7 @@ class Roberta(nn.Module):
     def mask_logits(self, masked_input: str | Sequence[str]) -> torch.Tensor:
         """The vocabulary logits (float32) that `fill_mask` ranks, at the one `<mask>` of a text:
         [V] for a text, [N, V] for a list of texts (batched by length, in input order)."""
+        require_lm_head(self.model, "mask_logits")
         texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
         logits = torch.stack(self._batched([self._encode_masked(text) for text in texts],
                                            lambda batch, _: list(self._logits_at_mask(batch))))
@@ -294,7 +327,9 @@ class Roberta(nn.Module):
     def _fillings(self, text: str, scores: list[float], ids: list[int]) -> list[tuple[str, float, str]]:
         t = self.tokenizer
         specials = {t.bos_id, t.pad_id, t.eos_id, t.unk_id, t.mask_id}
-        target = " " + MASK if " " + MASK in text else MASK
+        # A byte-level token carries its leading space ('Ġ'), so it takes the space before <mask> too.
+        byte_level = t.kind in ("gpt2", "hf")
+        target = " " + MASK if byte_level and " " + MASK in text else MASK
         out = []
         for score, i in zip(scores, ids):
             token = t.id_to_token(i) if i in specials else t.decode([i])
@@ -329,6 +364,8 @@ class Roberta(nn.Module):
             tensor = torch.as_tensor(seq)
         except (TypeError, ValueError, RuntimeError):
             raise UserError(f"input {index}: not a sequence of token ids: {str(seq)[:60]!r}") from None
+        if tensor.dim() == 0:
+            raise UserError(f"input {index}: a single id {seq!r}, not a sequence (the ids of one text: a tensor, or [ids])")
         if tensor.dim() != 1:
             raise UserError(f"input {index}: each sequence in a list must be 1-D, not shape {list(tensor.shape)}")
         self._check_ids(tensor, index)
@@ -338,7 +375,9 @@ class Roberta(nn.Module):
         """`run(padded batch, lengths)` over length-sorted batches; its per-row results in input order."""
         if isinstance(seqs, (str, bytes)):
             raise UserError(f"token ids expected, got text {seqs[:40]!r} (encode it first: roberta.encode)")
-        if not seqs:
+        if not isinstance(seqs, (Sequence, np.ndarray)):
+            raise UserError(f"token ids expected: a tensor or a list of 1-D id sequences, not {type(seqs).__name__}")
+        if len(seqs) == 0:
             raise UserError("an empty list of inputs")
         seqs = [self._as_sequence(seq, i) for i, seq in enumerate(seqs)]
         lengths = [len(s) for s in seqs]
@@ -349,6 +388,38 @@ class Roberta(nn.Module):
                 for i, result in zip(batch, run(padded, [lengths[i] for i in batch])):
                     results[i] = result
         return results
+
+
+def _question_context_pairs(question, context) -> tuple[list[str], list[str]]:
+    """`answer`'s arguments as equal lists of questions and contexts, or a UserError naming the
+    argument (and the item): a string is one text, never a sequence of one-character texts."""
+    if isinstance(question, str):
+        if not isinstance(context, str):
+            raise UserError(f"context: one question takes one context string, not {type(context).__name__} "
+                            f"(for several contexts give a list of as many questions)")
+        return [_text("question", question)], [_text("context", context, blank=True)]
+    if not isinstance(question, (list, tuple)):
+        raise UserError(f"question: expected a string or a list of strings, got {type(question).__name__}")
+    if not question:
+        raise UserError("question: an empty list")
+    questions = [_text(f"question[{i}]", q) for i, q in enumerate(question)]
+    if isinstance(context, str):
+        return questions, [_text("context", context, blank=True)] * len(questions)
+    if not isinstance(context, (list, tuple)):
+        raise UserError(f"context: expected a string or a list of strings, got {type(context).__name__}")
+    if len(context) != len(questions):
+        raise UserError(f"context: {len(context)} contexts for {len(questions)} questions (give one per question, "
+                        f"or one string for all)")
+    return questions, [_text(f"context[{i}]", c, blank=True) for i, c in enumerate(context)]
+
+
+def _text(argument: str, value, blank: bool = False) -> str:
+    """A non-empty string; one of only whitespace too with `blank` (a context: it has no span)."""
+    if not isinstance(value, str):
+        raise UserError(f"{argument}: expected a string, got {type(value).__name__}")
+    if not (value if blank else value.strip()):
+        raise UserError(f"{argument}: {'empty' if not value else 'only whitespace'}")
+    return value
 
 
 def load(path: str | Path, checkpoint_file: str | None = None, map_location: str | torch.device = "cpu") -> Roberta:
@@ -366,7 +437,7 @@ def load(path: str | Path, checkpoint_file: str | None = None, map_location: str
     map_location = check_device(map_location)
     model, tokenizer = load_any(path, map_location)
     if tokenizer is None:
-        raise UserError(f"{path}: no tokenizer files beside the weights (vocab.json + merges.txt, or encoder.json + vocab.bpe + dict.txt)")
+        raise UserError(f"{path}: no tokenizer files beside the weights (vocab.json + merges.txt, tokenizer.json, encoder.json + vocab.bpe + dict.txt, or a dict.txt of symbols)")
     # Our format checks this on read; HF and fairseq directories are checked here, the same way.
     check_vocabulary(tokenizer, model.config, str(path))
     return Roberta(model, tokenizer).eval()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 from numpy.lib.format import open_memmap
@@ -46,6 +47,31 @@ def read_chunks(path: Path, chunk_lines: int = CHUNK_LINES) -> Iterator[tuple[in
         yield first, chunk
 
 
+class _Progress:
+    """A tqdm bar drawn only from `start()`, which the verbs call once the first chunk has been read
+    and encoded: a refusal found there (a bad line, a column missing) prints alone. One found in a
+    later chunk erases the bar (on a terminal) before the error line."""
+
+    def __init__(self, total: int, unit: str, desc: str, enabled: bool):
+        self.options = {"total": total, "unit": unit, "desc": desc, "disable": not enabled}
+        self.bar: tqdm | None = None
+
+    def start(self) -> None:
+        if self.bar is None:
+            self.bar = tqdm(**self.options)
+
+    def update(self, done: int) -> None:
+        self.bar.update(done)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if self.bar is not None:
+            self.bar.leave = kind is None
+            self.bar.close()
+
+
 def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int = -1, pool: str = "cls",
                truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True, int8: bool = False) -> int:
     """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1.
@@ -53,6 +79,7 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
     `int8`: quantize the hub (`Roberta.quantize`) and print the cosines of int8 and fp32 vectors
     on the input's first batch."""
     input, out = Path(input), Path(out)
+    roberta.check_embed(layer, pool)  # before the input is read and the bar drawn
     total = count_lines(input)
     if total == 0:
         raise UserError(f"{input}: no lines to embed")
@@ -61,13 +88,14 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
     try:
         # Sized by the counting pass, so rows are written in place and nothing is held in memory.
         vectors = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size))
-        with tqdm(total=total, unit="line", desc="embed", disable=not progress) as bar:
+        with _Progress(total, "line", "embed", progress) as bar:
             for first, lines in read_chunks(input, chunk_lines):
                 if first - 1 + len(lines) > total:
                     raise UserError(f"{input}: the file grew while it was read")
                 ids = _encode(roberta, lines, None, input, first, truncate)
                 if int8 and first == 1:
                     quantize_for_embed(roberta, ids, layer, pool)
+                bar.start()
                 vectors[first - 1 : first - 1 + len(lines)] = roberta.embed(ids, layer, pool).float().cpu().numpy()
                 bar.update(len(lines))
         vectors.flush()
@@ -104,14 +132,14 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
     many top-1 labels int8 and fp32 share on the input's first batch.
     """
     input, out = Path(input), Path(out)
+    labels = roberta.head(head, "classification").labels
     wanted = parse_columns(columns)
     named = any(isinstance(c, str) for c in wanted)
     total = count_lines(input) - (header or named)
     if total <= 0:
         raise UserError(f"{input}: no rows to predict")
-    labels = getattr(roberta.model.heads[head], "labels", ()) if head in roberta.model.heads else ()
     make_parent(out)
-    with atomic_write(out) as sink, tqdm(total=total, unit="row", desc="predict", disable=not progress) as bar:
+    with atomic_write(out) as sink, _Progress(total, "row", "predict", progress) as bar:
         indices: list[int] | None = None if named or header else list(wanted)
         wrote_header = False
         for first, lines in read_chunks(input, chunk_lines):
@@ -126,6 +154,7 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
             ids = _encode(roberta, texts, pairs, input, first, truncate)
             if int8 and not wrote_header:
                 quantize_for_predict(roberta, head, ids)
+            bar.start()
             logits = roberta.predict(head, ids, return_logits=True).float().cpu()
             if not wrote_header:
                 classes = logits.size(1)

@@ -9,6 +9,7 @@ Files get the user's umask, as `open` would give them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -106,9 +107,25 @@ def publish(tmp: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def to_json(value, indent: int | None = None) -> str:
+    """JSON that every reader parses: a non-finite float (an undefined correlation, a diverged
+    loss) becomes null, where Python's json module would write the bare NaN that JSON forbids."""
+    return json.dumps(_finite(value), indent=indent, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_json(dst: str | Path, value) -> None:
     with atomic_write(dst) as f:
-        f.write(json.dumps(value, indent=2) + "\n")
+        f.write(to_json(value, indent=2) + "\n")
 
 
 def open_input(path: str | Path) -> BinaryIO:

@@ -1,9 +1,12 @@
 """Tokenizers in the model's id space: byte-level BPE (GPT-2 + fairseq dict.txt, or HF
-vocab.json + merges.txt) and WordPiece (BERT vocab.txt).
+vocab.json + merges.txt, or an HF tokenizer.json), WordPiece (BERT vocab.txt) and fairseq symbol
+vocabularies (a dict.txt of plain symbols: protein, character or pre-tokenized models).
 
 Every id this module returns is a model id (a row of the embedding matrix). Text is always
 text: a literal "<mask>" or "[CLS]" inside a string is tokenized as characters, as fairseq
-does; special ids come only from `encode`'s layout.
+does; special ids come only from `encode`'s layout. A symbol vocabulary is fairseq's exception:
+its text is a sequence of dictionary symbols, so "<mask>" written out is the <mask> symbol there,
+as `Dictionary.encode_line` reads it.
 
 Two engines. `tokenizers` (HF, Rust) is the reference: it handles WordPiece and offsets.
 For byte-level BPE, `tiktoken` encodes the same merges with about a third of the CPU time
@@ -23,6 +26,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,7 +35,15 @@ from typing import Literal
 import numpy as np
 import tiktoken
 import tokenizers
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    Regex,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from roberta.errors import UserError
 from roberta.io import atomic_directory, atomic_write
@@ -46,6 +58,15 @@ WORDPIECE_SPECIALS = {"bos": "[CLS]", "pad": "[PAD]", "eos": "[SEP]", "unk": "[U
 Truncation = Literal["longest_first", "only_first", "only_second"] | None
 Engine = Literal["tiktoken", "tokenizers"] | None
 THREAD_CHUNK = 1000  # texts per thread task when encoding a batch
+# fairseq's Dictionary holds these four before dict.txt's first line (ids 0..3).
+FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+# fairseq's `tokenize_line` splits at Python's `\s`, that is str.isspace (every such character lies
+# below U+3001); written for the Oniguruma regexes of `tokenizers`.
+FAIRSEQ_SPACE = "[" + "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace()) + "]+"
+# Every file `load_tokenizer` reads: a directory holding none of them holds no tokenizer.
+TOKENIZER_FILES = ("encoder.json", "vocab.bpe", "dict.txt", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.json")
+# Fillers fairseq appends to pad a dictionary to a multiple of 8; no text holds them.
+MADEUP_WORD = re.compile(r"madeupword\d{4}")
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -139,20 +160,24 @@ def _read_merges(path: Path, data: bytes, vocab: dict[str, int]) -> list[tuple[s
 
 
 def _read_fairseq_dict(path: Path, data: bytes) -> list[str]:
-    """fairseq dict.txt: '<symbol> <count> [#fairseq:overwrite]' per line; returns the symbols in order."""
+    """fairseq dict.txt: '<symbol> <count> [#fairseq:overwrite]' per line; returns the symbols in
+    order, one per line. As in fairseq's Dictionary, <s> <pad> </s> <unk> are already held."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise UserError(f"{path}:1: starts with a UTF-8 byte-order mark, which fairseq reads as part of the first symbol")
     symbols: list[str] = []
-    seen: set[str] = set()
+    seen: set[str] = set(FAIRSEQ_SPECIALS)
     for number, line in enumerate(_lines(path, data), start=1):
-        symbol, _, count = line.rpartition(" ")
+        symbol, _, count = line.rstrip().rpartition(" ")  # fairseq strips trailing whitespace first
         overwrite = count == "#fairseq:overwrite"
         if overwrite:
             symbol, _, count = symbol.rpartition(" ")
         if not symbol or not (count.isascii() and count.isdigit()):
             raise UserError(f"{path}:{number}: expected '<symbol> <count>', got {line!r}")
         if symbol in seen:
-            if overwrite:  # fairseq keeps the symbol's first index and only updates its count
-                continue
-            raise UserError(f"{path}:{number}: duplicate symbol {symbol!r}")
+            # fairseq's `add_symbol(overwrite=True)` gives the symbol a second id and encodes it with
+            # the new one: a vocabulary with one token at two ids, which no other format can hold.
+            flag = " (#fairseq:overwrite would give it a second id)" if overwrite else ""
+            raise UserError(f"{path}:{number}: duplicate symbol {symbol!r}{flag}")
         seen.add(symbol)
         symbols.append(symbol)
     return symbols
@@ -178,6 +203,83 @@ def _roles(path: Path, vocab: dict[str, int], *choices: dict[str, str]) -> dict[
             raise UserError(f"{path}: no {' or '.join(names)} token (needed for the {role} role)")
         roles[role] = found[0]
     return roles
+
+
+def _fairseq_ids(symbols: list[str]) -> list[str]:
+    """Tokens in fairseq's id order: the four specials, dict.txt's symbols, then <mask>, which
+    fairseq's masked_lm task adds unless dict.txt already lists it (`add_symbol` keeps that id)."""
+    return [*FAIRSEQ_SPECIALS, *symbols, *(["<mask>"] if "<mask>" not in symbols else [])]
+
+
+def _is_gpt2_id(symbol: str) -> bool:
+    return symbol.isascii() and symbol.isdigit()
+
+
+def _gpt2_ids(symbols: list[str]) -> int:
+    """How many symbols are GPT-2 BPE ids, if they are most of a dict.txt (a GPT-2 dictionary), else 0."""
+    numbers = sum(map(_is_gpt2_id, symbols))
+    return numbers if 2 * numbers > len(symbols) else 0
+
+
+def _read_tokenizer_json(path: Path, data: bytes) -> tuple[dict, dict[str, int]]:
+    """An HF tokenizer.json → (the object, token → id over model.vocab and added_tokens, ids 0..n-1)."""
+    obj = _read_json_object(path, data)
+    model = obj.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("vocab"), dict):
+        raise UserError(f"{path}: field 'model.vocab' must be a JSON object mapping token -> id")
+    vocab = dict(model["vocab"])
+    added = obj.get("added_tokens") or []
+    if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+        raise UserError(f"{path}: field 'added_tokens' must be a list of objects")
+    for token in added:
+        content, i = token.get("content"), token.get("id")
+        if not isinstance(content, str) or type(i) is not int:
+            raise UserError(f"{path}: added token {token!r} needs a string 'content' and an integer 'id'")
+        if vocab.get(content, i) != i or (content not in vocab and i in vocab.values()):
+            raise UserError(f"{path}: added token {content!r} with id {i} contradicts model.vocab")
+        vocab[content] = i
+    ids = sorted(vocab.values()) if all(type(i) is int for i in vocab.values()) else None
+    if ids != list(range(len(vocab))):
+        raise UserError(f"{path}: model.vocab ids must be the integers 0..{len(vocab) - 1}, each used once")
+    return obj, vocab
+
+
+def _tokenizer_json_merges(path: Path, model: dict, vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """model.merges, as "left right" strings (tokenizers < 0.20) or [left, right] pairs (later)."""
+    merges = model.get("merges")
+    if not isinstance(merges, list):
+        raise UserError(f"{path}: field 'model.merges' must be a list")
+    pairs = []
+    for number, merge in enumerate(merges):
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) and t for t in pair)):
+            raise UserError(f"{path}: model.merges[{number}] is {merge!r}, expected two tokens")
+        for token in (*pair, pair[0] + pair[1]):
+            if token not in vocab:
+                raise UserError(f"{path}: model.merges[{number}]: token {token!r} is not in model.vocab")
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def _require_roberta_bpe(path: Path, obj: dict) -> None:
+    """Only RoBERTa's byte-level BPE is read: any other model, normalizer or pre-tokenizer gives
+    other ids than the `tokenizers` engine built here would."""
+    model, pre = obj["model"], obj.get("pre_tokenizer")
+    kind = model.get("type")
+    if kind != "BPE":
+        raise UserError(f"{path}: model.type is {kind!r}; only RoBERTa's byte-level BPE tokenizer.json is read")
+    if not (isinstance(pre, dict) and pre.get("type") == "ByteLevel"):
+        found = pre.get("type") if isinstance(pre, dict) else pre
+        raise UserError(f"{path}: pre_tokenizer is {found!r}, not ByteLevel; only RoBERTa's byte-level BPE is read")
+    if pre.get("add_prefix_space", False) or not pre.get("use_regex", True):
+        raise UserError(f"{path}: pre_tokenizer has add_prefix_space={pre.get('add_prefix_space')}, "
+                        f"use_regex={pre.get('use_regex', True)}; RoBERTa's are false and true")
+    if obj.get("normalizer") is not None:
+        raise UserError(f"{path}: normalizer is {json.dumps(obj['normalizer'])[:60]}; RoBERTa's byte-level BPE has none")
+    for field, plain in (("dropout", None), ("continuing_subword_prefix", ""), ("end_of_word_suffix", ""),
+                         ("byte_fallback", False)):
+        if model.get(field) not in (plain, None):
+            raise UserError(f"{path}: model.{field} is {model[field]!r}; RoBERTa's BPE has none")
 
 
 # ---------------------------------------------------------------- engines
@@ -222,7 +324,7 @@ class Tokenizer:
     def __init__(
         self,
         *,
-        kind: Literal["gpt2", "hf", "wordpiece"],
+        kind: Literal["gpt2", "hf", "wordpiece", "symbols"],
         tokens: list[str],
         roles: dict[str, int],
         reference: tokenizers.Tokenizer,
@@ -231,6 +333,7 @@ class Tokenizer:
         merges: list[tuple[str, str]],
         files: dict[str, bytes],
         lowercase: bool = False,
+        joiner: str = " ",
     ):
         self.kind = kind
         self._tokens = tokens
@@ -241,16 +344,19 @@ class Tokenizer:
         self._merges = merges
         self._files = files
         self._lowercase = lowercase
+        self._joiner = joiner  # between decoded symbols of a symbol vocabulary
         self._special = np.zeros(len(tokens), dtype=bool)
         self._special[list(roles.values())] = True
-        byte_level = kind != "wordpiece"
+        byte_level = kind in ("gpt2", "hf")
         if byte_level:
             reachable = set(BYTE_TO_CHAR.values()) | {a + b for a, b in merges}
             # A literal symbol (fairseq's madeupwordNNNN, <|endoftext|>) is a word of its own, as in fairseq.
             starts = [t.startswith(SPACE_MARKER) or t not in reachable for t in tokens]
             self._bytes = [_token_bytes(t) for t in tokens]
-        else:
+        elif kind == "wordpiece":
             starts = [not t.startswith("##") for t in tokens]
+        else:  # every symbol is a word of its own
+            starts = [True] * len(tokens)
         self._word_start = np.array(starts, dtype=bool) | self._special
         self._tiktoken, self._rank_to_model = None, None
         found = _tiktoken_ranks(merges, reference_vocab) if byte_level else None
@@ -303,6 +409,57 @@ class Tokenizer:
                    files={"vocab.json": raw[0], "merges.txt": raw[1]})
 
     @classmethod
+    def from_tokenizer_json(cls, tokenizer_json: str | Path) -> Tokenizer:
+        """The tokenizer.json that transformers 5.x saves alone (no vocab.json / merges.txt): RoBERTa's
+        byte-level BPE only, ids as its model.vocab (and added_tokens) give them."""
+        path = Path(tokenizer_json)
+        raw = _read_bytes(path)
+        obj, vocab = _read_tokenizer_json(path, raw)
+        _require_roberta_bpe(path, obj)
+        merges = _tokenizer_json_merges(path, obj["model"], vocab)
+        roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS)
+        return cls(kind="hf", tokens=sorted(vocab, key=vocab.__getitem__), roles=roles,
+                   reference=_byte_level_engine(vocab, merges), reference_vocab=vocab, reference_to_model=None,
+                   merges=merges, files={"tokenizer.json": raw})
+
+    @classmethod
+    def from_fairseq_dict(cls, dict_txt: str | Path) -> Tokenizer:
+        """A fairseq dict.txt of plain symbols (no BPE), ids as fairseq's Dictionary gives them:
+        <s> <pad> </s> <unk>, dict.txt's symbols, <mask>.
+
+        Text is split as fairseq's `Dictionary.encode_line` splits it, at whitespace, a word
+        outside the dictionary being <unk>. When every symbol is one character (protein and
+        character models), each character is a symbol, so "EVQL" reads as "E V Q L" does (how
+        sapiens encodes a sequence); the special symbols written out (<mask>) stay whole.
+        """
+        path = Path(dict_txt)
+        raw = _read_bytes(path)
+        symbols = _read_fairseq_dict(path, raw)
+        if not symbols:
+            raise UserError(f"{path}: no symbols (an empty dict.txt)")
+        numbers = _gpt2_ids(symbols)
+        if numbers:
+            raise UserError(f"{path}: {numbers} of its {len(symbols)} symbols are numbers, GPT-2 BPE ids: "
+                            "encoder.json and vocab.bpe must be beside it")
+        for number, symbol in enumerate(symbols, start=1):
+            if any(c.isspace() for c in symbol):
+                raise UserError(f"{path}:{number}: symbol {symbol!r} holds whitespace, where fairseq splits text: "
+                                "no text can produce it")
+        tokens = _fairseq_ids(symbols)
+        specials = {*FAIRSEQ_SPECIALS, "<mask>"}
+        characters = all(len(t) == 1 for t in tokens if t not in specials and not MADEUP_WORD.fullmatch(t))
+        split = [pre_tokenizers.Split(Regex(FAIRSEQ_SPACE), "removed")]
+        if characters:
+            written = "|".join(re.escape(t) for t in sorted(specials))
+            split.append(pre_tokenizers.Split(Regex(f"{written}|."), "isolated"))
+        vocab = {t: i for i, t in enumerate(tokens)}
+        engine = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        engine.pre_tokenizer = pre_tokenizers.Sequence(split)
+        roles = {role: vocab[name] for role, name in BYTE_LEVEL_SPECIALS.items()}
+        return cls(kind="symbols", tokens=tokens, roles=roles, reference=engine, reference_vocab=vocab,
+                   reference_to_model=None, merges=[], files={"dict.txt": raw}, joiner="" if characters else " ")
+
+    @classmethod
     def from_wordpiece(cls, vocab_txt: str | Path, lowercase: bool = False) -> Tokenizer:
         """BERT WordPiece vocab.txt (cased unless `lowercase`); roles from [CLS] [SEP] [PAD] [UNK] [MASK] or <s> ...."""
         path = Path(vocab_txt)
@@ -351,6 +508,21 @@ class Tokenizer:
         """The engine `tokenize_ids` uses by default: 'tiktoken' (byte-level BPE) or 'tokenizers'."""
         return "tiktoken" if self._tiktoken is not None else "tokenizers"
 
+    @property
+    def merges(self) -> list[tuple[str, str]]:
+        """The BPE merges in priority order (empty for WordPiece and symbol vocabularies)."""
+        return list(self._merges)
+
+    def hf_tokenizer_json(self) -> str:
+        """A symbol vocabulary as an HF tokenizer.json, for transformers (which reads no dict.txt):
+        the same engine, with RoBERTa's `<s> A </s></s> B </s>` layout around it."""
+        if self.kind != "symbols":
+            raise ValueError(f"a {self.kind} tokenizer is written in its own files, not as a symbol tokenizer.json")
+        engine = tokenizers.Tokenizer.from_str(self._reference.to_str())
+        engine.post_processor = processors.RobertaProcessing(
+            (self._tokens[self.eos_id], self.eos_id), (self._tokens[self.bos_id], self.bos_id), trim_offsets=False)
+        return engine.to_str()
+
     def id_to_token(self, i: int) -> str:
         return self._tokens[i]
 
@@ -363,7 +535,8 @@ class Tokenizer:
 
         GPT-2+dict.txt and the equivalent vocab.json+merges.txt give the same fingerprint.
         """
-        content = {"model": "wordpiece" if self.kind == "wordpiece" else "byte-level-bpe", "tokens": self._tokens,
+        model = {"wordpiece": "wordpiece", "symbols": "symbols"}.get(self.kind, "byte-level-bpe")
+        content = {"model": model, "tokens": self._tokens,
                    "merges": [f"{a} {b}" for a, b in self._merges], "lowercase": self._lowercase}
         return hashlib.sha256(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
 
@@ -473,6 +646,8 @@ class Tokenizer:
             ids = [i for i in ids if not self._special[i]]
         if self.kind == "wordpiece":
             return self._reference.decode(ids, skip_special_tokens=False)
+        if self.kind == "symbols":
+            return self._joiner.join(self._tokens[i] for i in ids)
         return b"".join(self._bytes[i] for i in ids).decode("utf-8", errors="replace")
 
     # ---- files
@@ -514,18 +689,77 @@ def _truncated_lengths(lengths: list[int], budget: int, truncation: Truncation, 
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """The tokenizer whose files are in `directory`: GPT-2 BPE + dict.txt, HF vocab.json + merges.txt, or vocab.txt."""
+    """The tokenizer whose files are in `directory`, the first found of: GPT-2 BPE (encoder.json +
+    vocab.bpe + dict.txt), HF vocab.json + merges.txt, BERT vocab.txt, a fairseq dict.txt of plain
+    symbols, an HF tokenizer.json (transformers 5.x saves it alone).
+
+    fairseq reads dict.txt, transformers tokenizer.json or vocab.json: where a directory holds
+    more than one, each must give every token the id the chosen files give it, or it is refused.
+    """
     d = Path(directory)
-    if all((d / n).is_file() for n in ("encoder.json", "vocab.bpe", "dict.txt")):
-        return Tokenizer.from_gpt2(d / "encoder.json", d / "vocab.bpe", d / "dict.txt")
-    if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
-        return Tokenizer.from_hf(d / "vocab.json", d / "merges.txt")
-    if (d / "vocab.txt").is_file():
+    has = {name for name in TOKENIZER_FILES if (d / name).is_file()}
+    gpt2 = {"encoder.json", "vocab.bpe"} & has
+    if gpt2 and "dict.txt" in has:
+        if len(gpt2) == 1:
+            missing = ({"encoder.json", "vocab.bpe"} - gpt2).pop()
+            raise UserError(f"{d}: dict.txt and {gpt2.pop()} make a GPT-2 BPE tokenizer, but {missing} is missing")
+        tokenizer = Tokenizer.from_gpt2(d / "encoder.json", d / "vocab.bpe", d / "dict.txt")
+    elif {"vocab.json", "merges.txt"} <= has:
+        tokenizer = Tokenizer.from_hf(d / "vocab.json", d / "merges.txt")
+    elif "vocab.txt" in has:
         config = d / "tokenizer_config.json"
         lowercase = config.is_file() and bool(_read_json_object(config, _read_bytes(config)).get("do_lower_case", False))
         return Tokenizer.from_wordpiece(d / "vocab.txt", lowercase=lowercase)
-    raise UserError(f"{d}: no tokenizer files (expected encoder.json + vocab.bpe + dict.txt, "
-                    "vocab.json + merges.txt, or vocab.txt)")
+    elif "dict.txt" in has and not ("tokenizer.json" in has and _lists_gpt2_ids(d / "dict.txt")):
+        tokenizer = Tokenizer.from_fairseq_dict(d / "dict.txt")
+    elif "tokenizer.json" in has:
+        tokenizer = Tokenizer.from_tokenizer_json(d / "tokenizer.json")
+    else:
+        raise UserError(f"{d}: no tokenizer files (expected encoder.json + vocab.bpe + dict.txt, vocab.json + "
+                        "merges.txt, tokenizer.json, a dict.txt of symbols, or vocab.txt)")
+    _check_other_vocabularies(tokenizer, d, has)
+    return tokenizer
+
+
+def _lists_gpt2_ids(path: Path) -> bool:
+    """A dict.txt of GPT-2 ids beside a tokenizer.json is HF's copy of a fairseq RoBERTa: the
+    tokenizer.json is read and the dict.txt checked against it."""
+    return bool(_gpt2_ids(_read_fairseq_dict(path, _read_bytes(path))))
+
+
+def _check_other_vocabularies(tokenizer: Tokenizer, d: Path, has: set[str]) -> None:
+    """Refuse a dict.txt, vocab.json or tokenizer.json beside `tokenizer`'s own files that gives
+    some token another id."""
+    read = set(tokenizer._files)
+    chosen = d / ("dict.txt" if tokenizer.kind == "gpt2" else next(iter(tokenizer._files)))  # vocab.json or tokenizer.json
+    ours = tokenizer._tokens
+
+    def differ(other: Path, theirs: Sequence[str | None], what: str = "ids") -> None:
+        if len(theirs) != len(ours):
+            raise UserError(f"{other}: gives {len(theirs)} {what}, {chosen} {len(ours)}: the two files disagree "
+                            "(fairseq and transformers would read different vocabularies)")
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            if b is not None and a != b:
+                raise UserError(f"{other}: id {i} is {b!r}, {chosen} gives it to {a!r}: the two files disagree "
+                                "(fairseq and transformers would read different vocabularies)")
+
+    if "dict.txt" in has - read:
+        path = d / "dict.txt"
+        symbols = _read_fairseq_dict(path, _read_bytes(path))
+        # Without encoder.json a GPT-2 id names no token: only where it sits is checked.
+        differ(path, [None if _is_gpt2_id(t) else t for t in _fairseq_ids(symbols)],
+               "ids with fairseq's <s> <pad> </s> <unk> and <mask>")
+    if "vocab.json" in has - read:
+        path = d / "vocab.json"
+        vocab = _read_vocab_json(path, _read_bytes(path))
+        differ(path, sorted(vocab, key=vocab.__getitem__))
+    if "tokenizer.json" in has - read:
+        path = d / "tokenizer.json"
+        obj, vocab = _read_tokenizer_json(path, _read_bytes(path))
+        differ(path, sorted(vocab, key=vocab.__getitem__))
+        if obj["model"].get("type") == "BPE" and _tokenizer_json_merges(path, obj["model"], vocab) != tokenizer.merges:
+            merges = d / next((n for n in ("merges.txt", "vocab.bpe") if n in read), chosen.name)
+            raise UserError(f"{path}: model.merges differ from {merges}: the two files disagree")
 
 
 def train_tokenizer(

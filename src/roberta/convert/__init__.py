@@ -6,6 +6,7 @@ publishes anything.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +42,10 @@ def detect_format(path: str | Path) -> str:
         return "hf"
     if (path / "model.pt").is_file():
         return "fairseq"
+    others = sorted(p.name for p in path.glob("*.pt"))
+    if others:  # fairseq names its files freely: sapiens ships checkpoint_vh.pt and checkpoint_vl.pt
+        raise UserError(f"{path}: no model.pt, but {', '.join(others)}: give the .pt file itself "
+                        "(or --checkpoint-file NAME)")
     raise UserError(f"{path}: not a roberta, HF transformers or fairseq checkpoint (no config.json or model.pt)")
 
 
@@ -57,7 +62,8 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
 
     Both the source model and the written one (run by HF transformers itself for `to="hf"`, when
     it is installed) score a probe batch in fp32 eval mode; a non-finite output, or a difference
-    above `tolerance`, leaves `dst` as it was and raises a UserError.
+    above `tolerance`, leaves `dst` as it was and raises a UserError. A source without a masked-LM
+    head is written without one (refused by fairseq, whose RoBERTa always has one), with a warning.
     """
     if to not in WRITERS:
         raise UserError(f"unknown target format {to!r}; choose one of {', '.join(WRITERS)}")
@@ -71,7 +77,8 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
         WRITERS[to](tmp, model, tokenizer)
         checker = "roberta"
         if to == "hf" and _transformers_available():
-            candidate = verify.transformers_outputs(tmp, tokens, model.config.padding_idx, list(model.heads))
+            candidate = verify.transformers_outputs(tmp, tokens, model.config.padding_idx, list(model.heads),
+                                                    lm_head=checkpoint.without_lm_head(model) is None)
             checker = "transformers"
         else:
             candidate = verify.model_outputs(load_any(tmp)[0].float(), tokens)
@@ -85,6 +92,10 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
                 f"conversion check failed: largest difference {difference:.3g} exceeds {tolerance:g}; "
                 f"nothing written to {dst}"
             )
+    if checkpoint.without_lm_head(model) is not None:
+        # Only once DST is complete: no warning may precede a refusal.
+        warnings.warn(f"{src} holds no masked-LM head: {dst} holds the encoder{' and its heads' if model.heads else ''} "
+                      "only (fill-mask refuses it; transformers' AutoModelForMaskedLM would add a random head)", stacklevel=2)
     return difference
 
 

@@ -1,4 +1,5 @@
-"""fairseq RoBERTa checkpoints (`model.pt`, with `dict.txt` and GPT-2 BPE files) ⇄ our model.
+"""fairseq RoBERTa checkpoints (`model.pt`, with `dict.txt` and GPT-2 BPE files, or a `dict.txt`
+of plain symbols) ⇄ our model.
 
 `model.pt` is a pickle. It is read with `torch.load(weights_only=True)` and an allow-list of
 data-only classes (argparse args, omegaconf containers as stubs, numpy scalars); nothing in it
@@ -10,7 +11,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
 import typing
 from pathlib import Path
@@ -160,7 +160,9 @@ def fairseq_hyperparameters(ckpt: dict) -> dict:
 
 
 def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[RobertaModel, object | None]:
-    """Import a fairseq RoBERTa `model.pt` (or its directory, with `dict.txt` and the GPT-2 BPE files)."""
+    """Import a fairseq RoBERTa `model.pt` (or its directory, with `dict.txt` and the GPT-2 BPE files,
+    or a `dict.txt` of plain symbols). A state dict without `lm_head.*` keys gives a model marked
+    as having no masked-LM head (`checkpoint.without_lm_head`)."""
     path = Path(path)
     if path.is_dir():
         path = path / "model.pt"
@@ -172,14 +174,17 @@ def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> 
     tokenizer = checkpoint.load_tokenizer_if_present(path.parent)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(path.parent))
-    model = build_model(config, heads, map_location)
-    ours = mapping.import_state(state, fairseq_names(prefix).pairs(config.num_layers, heads), model.state_dict(), source)
-    if prefix + "lm_head.weight" not in state:
-        raise UserError(f"{source}: missing key {prefix + 'lm_head.weight'!r}")
-    mapping.same_tensor(state, prefix + "lm_head.weight", ours["embed_tokens.weight"], source)
+    lm_head = any(k.startswith(prefix + "lm_head.") for k in state)
+    model = build_model(config, heads, map_location, initialise=not lm_head)
+    pairs = fairseq_names(prefix).pairs(config.num_layers, heads, lm_head=lm_head)
+    ours = mapping.import_state(state, pairs, model.state_dict(), source)
+    if lm_head:
+        if prefix + "lm_head.weight" not in state:
+            raise UserError(f"{source}: missing key {prefix + 'lm_head.weight'!r}")
+        mapping.same_tensor(state, prefix + "lm_head.weight", ours["embed_tokens.weight"], source)
     mapping.refuse_leftovers(state, source)
-    checkpoint.load_weights(model, ours, source)
-    return model.eval(), tokenizer
+    checkpoint.load_weights(model, ours, source, lm_head=lm_head)
+    return checkpoint.mark_without_lm_head(model, None if lm_head else source).eval(), tokenizer
 
 
 def model_state(ckpt: dict, source: str) -> tuple[dict[str, torch.Tensor], str]:
@@ -235,8 +240,9 @@ def read_fairseq_config(state: dict[str, torch.Tensor], prefix: str, meta: dict,
 # --- export ----------------------------------------------------------------------------------
 
 
-def fairseq_args(model: RobertaModel) -> argparse.Namespace:
-    """The metadata fairseq needs to rebuild the model (its `roberta` architecture)."""
+def fairseq_args(model: RobertaModel, tokenizer=None) -> argparse.Namespace:
+    """The metadata fairseq needs to rebuild the model (its `roberta` architecture). `bpe` is
+    fairseq's GPT-2 BPE only for a byte-level BPE tokenizer: a symbol vocabulary has none."""
     c = model.config
     return argparse.Namespace(
         arch="roberta",
@@ -249,19 +255,23 @@ def fairseq_args(model: RobertaModel) -> argparse.Namespace:
         pooler_activation_fn="tanh",
         encoder_layerdrop=0.0,
         encoder_layers_to_keep=None,
-        bpe="gpt2",
+        bpe="gpt2" if tokenizer is not None and tokenizer.kind in ("gpt2", "hf") else None,
     )
 
 
 def write_fairseq(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write `model.pt` (fairseq key names, argparse args) and the tokenizer's files."""
+    source = checkpoint.without_lm_head(model)
+    if source is not None:
+        raise UserError(f"{source}: holds no masked-LM head, and a fairseq RoBERTa checkpoint must have one "
+                        "(convert it --to hf or --to roberta)")
     heads = mapping.classifiers_only(head_shapes(model), "fairseq")
     if model.config.padding_idx != 1:
         raise UserError(f"fairseq RoBERTa pads with id 1; this model pads with {model.config.padding_idx}")
     state = mapping.export_state(model.state_dict(), fairseq_names().pairs(model.config.num_layers, heads))
     state["encoder.lm_head.weight"] = state["encoder.sentence_encoder.embed_tokens.weight"]
     ckpt = {
-        "args": fairseq_args(model),
+        "args": fairseq_args(model, tokenizer),
         "model": state,
         # fairseq's checkpoint upgrade reads these; a fresh, untrained history.
         "optimizer_history": [
@@ -280,9 +290,10 @@ def write_fairseq_tokenizer(directory: Path, tokenizer) -> None:
 
     An HF vocabulary in fairseq's layout (<s> <pad> </s> <unk> first, <mask> last) becomes a
     GPT-2 encoder whose "GPT-2 ids" are the model ids, and a dict.txt listing them in order, so
-    fairseq's index 4 + line is the model id again.
+    fairseq's index 4 + line is the model id again. A GPT-2 tokenizer and a symbol vocabulary
+    keep the files they came with.
     """
-    if tokenizer.kind == "gpt2":
+    if tokenizer.kind in ("gpt2", "symbols"):
         tokenizer.save(directory)
         return
     layout = [tokenizer.bos_id, tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id, tokenizer.mask_id]
@@ -292,10 +303,10 @@ def write_fairseq_tokenizer(directory: Path, tokenizer) -> None:
             f"(fairseq needs byte-level BPE with <s> <pad> </s> <unk> = 0..3 and <mask> last)"
         )
     vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
-    (directory / "encoder.json").write_text(json.dumps(vocab, ensure_ascii=False))
-    tokenizer.save(directory)
-    os.replace(directory / "merges.txt", directory / "vocab.bpe")
-    os.remove(directory / "vocab.json")
+    (directory / "encoder.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    # From the merges, not a merges.txt: an HF tokenizer may have come as a tokenizer.json.
+    (directory / "vocab.bpe").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in tokenizer.merges),
+                                         encoding="utf-8")
     (directory / "dict.txt").write_text("".join(f"{i} 1\n" for i in range(4, tokenizer.vocab_size - 1)))
 
 

@@ -3,6 +3,8 @@
 Reads RobertaForMaskedLM, RobertaForSequenceClassification and bare RobertaModel directories
 (`model.safetensors` or a pickled `pytorch_model.bin`); writes one that
 `transformers.AutoModelForMaskedLM` (and, with a head, `AutoModelForSequenceClassification`) loads.
+A directory without an LM head imports as a model marked so (`checkpoint.without_lm_head`), and
+exports as the body (and classifier) alone: its seeded stand-in LM head is never written.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
     state = read_state(weights, map_location)
     has_lm_head = "lm_head.dense.weight" in state
     heads = classifier_heads(state, hf.get("roberta_head_name", "classification"), source)
+    for spec in heads.values():
+        spec.update(head_labels(hf, spec["num_classes"], str(directory / "config.json")))
     tokenizer = checkpoint.load_tokenizer_if_present(directory)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
@@ -93,7 +97,7 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
         state.pop(unused, None)
     mapping.refuse_leftovers(state, source)
     checkpoint.load_weights(model, {k: v for k, v in ours.items() if k != checkpoint.TIED_KEY}, source)
-    return model.eval(), tokenizer
+    return checkpoint.mark_without_lm_head(model, None if has_lm_head else str(directory)).eval(), tokenizer
 
 
 def read_hf_config(hf: dict, source: str) -> RobertaConfig:
@@ -130,6 +134,21 @@ def classifier_heads(state: dict[str, torch.Tensor], name: str, source: str) -> 
     return {name: mapping.classifier_spec(state["classifier.out_proj.weight"], state["classifier.dense.weight"])}
 
 
+def head_labels(hf: dict, num_classes: int, source: str) -> dict:
+    """`{"labels": [...]}` from config.json's id2label, or {} where it holds HF's placeholders
+    (LABEL_0, LABEL_1, ...) or nothing."""
+    id2label = hf.get("id2label")
+    if id2label is None:
+        return {}
+    keys = [str(i) for i in range(num_classes)]
+    if not (isinstance(id2label, dict) and sorted(id2label) == sorted(keys)
+            and all(isinstance(v, str) and v for v in id2label.values())):
+        raise UserError(f"{source}: id2label must map '0'..'{num_classes - 1}' (the classifier's {num_classes} "
+                        f"outputs) to label names, not {json.dumps(id2label)[:80]}")
+    labels = [id2label[k] for k in keys]
+    return {} if labels == [f"LABEL_{i}" for i in range(num_classes)] else {"labels": labels}
+
+
 def token_type_row(state: dict[str, torch.Tensor], config: RobertaConfig, source: str) -> torch.Tensor:
     """Pop the token-type table and return its row 0."""
     if TOKEN_TYPES not in state:
@@ -148,8 +167,9 @@ def token_type_row(state: dict[str, torch.Tensor], config: RobertaConfig, source
 def hf_config(model: RobertaModel, tokenizer=None) -> dict:
     """An HF `config.json` for our model: every field HF's RobertaConfig reads, spelled out."""
     heads = head_shapes(model)
+    body_only = "RobertaModel" if checkpoint.without_lm_head(model) else "RobertaForMaskedLM"
     config = {
-        "architectures": ["RobertaForSequenceClassification" if heads else "RobertaForMaskedLM"],
+        "architectures": ["RobertaForSequenceClassification" if heads else body_only],
         "model_type": "roberta",
         **mapping.config_to(FIELDS, model.config),
         **FIXED,
@@ -162,11 +182,12 @@ def hf_config(model: RobertaModel, tokenizer=None) -> dict:
     }
     for name, shape in heads.items():
         n = shape["num_classes"]
+        labels = shape.get("labels") or [f"LABEL_{i}" for i in range(n)]
         config.update(
             roberta_head_name=name,
             num_labels=n,
-            id2label={str(i): f"LABEL_{i}" for i in range(n)},
-            label2id={f"LABEL_{i}": i for i in range(n)},
+            id2label={str(i): label for i, label in enumerate(labels)},
+            label2id={label: i for i, label in enumerate(labels)},
             problem_type="regression" if n == 1 else "single_label_classification",
         )
     return config
@@ -174,8 +195,6 @@ def hf_config(model: RobertaModel, tokenizer=None) -> dict:
 
 def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write an HF `save_pretrained`-style directory into the (empty, temporary) `directory`."""
-    from safetensors.torch import save_file
-
     heads = mapping.classifiers_only(head_shapes(model), "HF")
     if len(heads) > 1:
         raise UserError(f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}")
@@ -184,10 +203,11 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
             raise UserError(
                 f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, not {shape['inner_dim']}"
             )
-    state = mapping.export_state(model.state_dict(), NAMES.pairs(model.config.num_layers, heads))
-    state[TOKEN_TYPES] = torch.zeros(1, model.config.hidden_size, dtype=state["lm_head.bias"].dtype)
+    lm_head = checkpoint.without_lm_head(model) is None
+    state = mapping.export_state(model.state_dict(), NAMES.pairs(model.config.num_layers, heads, lm_head=lm_head))
+    state[TOKEN_TYPES] = torch.zeros(1, model.config.hidden_size, dtype=model.embed_tokens.weight.dtype)
     write_json(directory / "config.json", hf_config(model, tokenizer))
-    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    checkpoint.save_safetensors(state, directory / "model.safetensors")
     if tokenizer is not None:
         write_hf_tokenizer(directory, tokenizer, model.config.max_seq_len)
 
@@ -195,7 +215,8 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
 def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
     """The tokenizer's own files, plus what `transformers.AutoTokenizer` needs: vocab.json +
     merges.txt in model ids for byte-level BPE (a GPT-2 vocab.bpe is already a merges.txt) and a
-    tokenizer_config.json naming the class and the special tokens."""
+    tokenizer_config.json naming the class and the special tokens. A fairseq symbol vocabulary
+    keeps its dict.txt and adds a tokenizer.json: no transformers class reads a dict.txt."""
     tokenizer.save(directory)
     ids = {role: getattr(tokenizer, f"{role}_id") for role in ("bos", "eos", "unk", "pad", "mask")}
     names = {role: tokenizer.id_to_token(i) for role, i in ids.items()}
@@ -206,7 +227,7 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
         "sep_token": names["eos"],
         # RoBERTa's <mask> swallows the space before it, so "Hello <mask>" is two tokens as in fairseq.
         "added_tokens_decoder": {
-            str(i): {"content": names[role], "lstrip": role == "mask" and tokenizer.kind != "wordpiece",
+            str(i): {"content": names[role], "lstrip": role == "mask" and tokenizer.kind in ("gpt2", "hf"),
                      "rstrip": False, "normalized": False, "single_word": False, "special": True}
             for role, i in sorted(ids.items(), key=lambda item: item[1])
         },
@@ -215,13 +236,16 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
         existing = directory / "tokenizer_config.json"
         lowercase = existing.is_file() and read_json(existing).get("do_lower_case", False)
         config.update(tokenizer_class="BertTokenizer", do_lower_case=lowercase)
+    elif tokenizer.kind == "symbols":
+        config.update(tokenizer_class="PreTrainedTokenizerFast")
+        (directory / "tokenizer.json").write_text(tokenizer.hf_tokenizer_json(), encoding="utf-8")
     else:
         config.update(tokenizer_class="RobertaTokenizer", add_prefix_space=False)
         if tokenizer.kind == "gpt2":
             vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
-            (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+            (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
             (directory / "merges.txt").write_bytes((directory / "vocab.bpe").read_bytes())
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def export_hf(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from roberta.checkpoint import without_lm_head
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.model import RobertaModel
@@ -29,10 +30,11 @@ def probe_batch(config: RobertaConfig, seed: int = 0) -> torch.Tensor:
 
 @torch.no_grad()
 def model_outputs(model: RobertaModel, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every hidden state, the LM logits and each head's logits, by name."""
+    """Every hidden state, the LM logits (of a model that has an LM head) and each head's logits, by name."""
     out = model(tokens, return_all_hiddens=True)
     outputs = {f"hidden_states[{i}]": h for i, h in enumerate(out.hidden_states)}
-    outputs["lm_logits"] = model.lm_logits(out.last_hidden_state)
+    if without_lm_head(model) is None:
+        outputs["lm_logits"] = model.lm_logits(out.last_hidden_state)
     for name in model.heads:
         logits = model.classify(name, out.last_hidden_state)
         # A span head scores (start, end) per token.
@@ -42,9 +44,10 @@ def model_outputs(model: RobertaModel, tokens: torch.Tensor) -> dict[str, torch.
 
 @torch.no_grad()
 def transformers_outputs(
-    directory: Path, tokens: torch.Tensor, padding_idx: int, heads: list[str]
+    directory: Path, tokens: torch.Tensor, padding_idx: int, heads: list[str], lm_head: bool = True
 ) -> dict[str, torch.Tensor]:
-    """The same outputs as `model_outputs`, computed by HF transformers from an exported directory."""
+    """The same outputs as `model_outputs`, computed by HF transformers from an exported directory
+    (by its bare `AutoModel` where the export holds no LM head)."""
     import transformers
     from transformers.utils import logging
 
@@ -54,10 +57,11 @@ def transformers_outputs(
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     try:
-        mlm = transformers.AutoModelForMaskedLM.from_pretrained(directory).float().eval()
-        out = mlm(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
+        body = transformers.AutoModelForMaskedLM if lm_head else transformers.AutoModel
+        out = body.from_pretrained(directory).float().eval()(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
         outputs = {f"hidden_states[{i}]": h for i, h in enumerate(out.hidden_states)}
-        outputs["lm_logits"] = out.logits
+        if lm_head:
+            outputs["lm_logits"] = out.logits
         for name in heads:
             classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
             outputs[f"heads.{name}"] = classifier(input_ids=tokens, attention_mask=mask).logits

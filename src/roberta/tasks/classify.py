@@ -1,8 +1,10 @@
 """Sentence(-pair) classification and regression: the user's own files, and the objective that
 fine-tunes a classification head on them (GLUE uses it too, with its own readers and metrics).
 
-Examples are read from CSV, TSV or JSONL with columns named by header or key; string labels are
-kept as strings, and the label set is the sorted distinct labels of the training file. Batches
+Examples are read from CSV, TSV or JSONL with columns named by header or key; the label set is
+the sorted distinct labels of the training file. CSV and TSV labels are strings, compared as
+written. JSONL labels are JSON values compared by value: the numbers 1 and 1.0 and the strings
+"1" and "1.0" are one class, named "1"; other strings are compared as written. Batches
 carry `tokens` [B, T] (padded to the longest), `labels` [B] (class ids, or floats for
 regression) and `index` [B] (the example's position, so dev predictions can be gathered).
 """
@@ -14,6 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,8 +26,10 @@ from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.tasks.rows import read_records
 from roberta.train.config import JobConfig
-from roberta.train.trainer import EXAMPLES, Batch, Objective, TrainResult
-from roberta.train.trainer import train as train_run
+from roberta.train.trainer import EXAMPLES, Batch, Objective
+
+if TYPE_CHECKING:
+    from roberta.tasks.finetune import Task
 
 
 @dataclass(frozen=True)
@@ -42,10 +47,13 @@ def read_labelled_file(path: str | Path, text_column: str, pair_column: str | No
     path = Path(path)
     columns = [c for c in (text_column, pair_column, label_column) if c is not None]
     examples = []
+    by_value = path.suffix.lower() == ".jsonl"
     for number, record in read_records(path, columns):
         text = _text(record, text_column, path, number)
         pair = None if pair_column is None else _text(record, pair_column, path, number)
         label = None if label_column is None else parse_label(record[label_column], regression, path, number, label_column)
+        if by_value and isinstance(label, str):
+            label = _by_value(label)
         examples.append(Example(text, pair, label, str(len(examples)), number))
     if not examples:
         raise UserError(f"{path}: no examples")
@@ -59,9 +67,27 @@ def _text(record: dict, column: str, path: Path, line: int) -> str:
     return value
 
 
+def _number_name(number: int | float) -> str:
+    """A number's class name by its value: 1, 1.0 and 1e0 are all "1"."""
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    return str(number) if isinstance(number, int) else repr(number)
+
+
+def _by_value(label: str) -> str:
+    """A JSONL string label that reads as a finite number, named by that number ("1.0" → "1")."""
+    for kind in (int, float):
+        try:
+            number = kind(label)
+        except ValueError:
+            continue
+        return _number_name(number) if isinstance(number, int) or math.isfinite(number) else label
+    return label
+
+
 def parse_label(value: object, regression: bool, path: Path, line: int, column: str) -> str | float:
-    """A label as read from a file (a string, or a JSON value): a string for classification,
-    a finite float for regression."""
+    """A label as read from a file (a string, or a JSON value): a string for classification
+    (a JSON number by its value: 1 and 1.0 are "1"), a finite float for regression."""
     if regression:
         try:
             if isinstance(value, bool):
@@ -72,7 +98,14 @@ def parse_label(value: object, regression: bool, path: Path, line: int, column: 
         if not math.isfinite(number):
             raise UserError(f"{path}:{line}: {column} {json.dumps(value)} is not a finite number")
         return number
-    label = value if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, str):
+        label = value
+    elif isinstance(value, bool):
+        label = json.dumps(value)
+    elif isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        label = _number_name(value)
+    else:
+        raise UserError(f"{path}:{line}: {column} {json.dumps(value)} is not a string, a finite number or a boolean")
     if not label.strip():
         raise UserError(f"{path}:{line}: empty {column}")
     return label
@@ -84,6 +117,9 @@ def label_set(examples: Sequence[Example], path: str | Path) -> tuple[str, ...]:
     labels = {e.label for e in examples}
     if not examples or None in labels:
         raise UserError(f"{path}: no labels to learn from")
+    if len(labels) == 1:
+        raise UserError(f"{path}: every example has the label {next(iter(labels))!r}; classification needs two "
+                        "labels or more (--regression for numbers to predict)")
     try:
         return tuple(sorted(labels, key=float))
     except ValueError:
@@ -114,10 +150,18 @@ class SentenceTask:
     labels: tuple[str, ...]
     metrics: Callable[[np.ndarray, np.ndarray], dict[str, float]]
     best_metric: str
+    figures: tuple[str, ...]  # the names `metrics` reports
 
     @property
     def regression(self) -> bool:
         return not self.labels
+
+
+def own_data_task(head: str, labels: tuple[str, ...]) -> SentenceTask:
+    """Your own data's task: accuracy (picks RUN/best/) and macro F1 for classes; Pearson
+    (picks RUN/best/) and Spearman for regression."""
+    figures = ("accuracy", "f1") if labels else ("pearson", "spearman")
+    return SentenceTask(head, labels, own_data_metrics(labels), figures[0], figures)
 
 
 def own_data_metrics(labels: tuple[str, ...]) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
@@ -166,6 +210,8 @@ def classify_objective(
     def add_heads(model: RobertaModel) -> None:
         if task.name not in model.heads:
             model.add_classification_head(task.name, len(task.labels) or 1, labels=task.labels)
+        else:  # a head from the starting checkpoint, its labels the task's or unnamed (check_head)
+            model.heads[task.name].labels = task.labels
 
     def loss(model: RobertaModel, batch: Batch) -> dict:
         logits = model.classify(task.name, model(batch["tokens"], select="first").last_hidden_state).float()
@@ -195,28 +241,30 @@ def classify_objective(
         train_lengths=[len(x) for x in train[0]], train_batch=lambda indices: collate(*train, indices),
         eval_sets={name: held_out(*dev) for name, dev in dev_sets.items()},
         add_heads=add_heads, loss=loss, metrics=metrics, best_metric=task.best_metric,
+        figures={name: tuple(dict.fromkeys(["loss", *([] if task.regression else ["accuracy"]), *task.figures]))
+                 for name in dev_sets},
     )
 
 
-def finetune_sentences(
-    task: SentenceTask, job: JobConfig, train_examples: Sequence[Example], train_path: str | Path,
-    dev_sets: dict[str, tuple[Sequence[Example], str | Path]], init: str | Path, out: str | Path, *,
-    init_task: str | Path | None = None, resume: bool = False,
-) -> TrainResult:
-    """Fine-tune `init` on labelled examples; RUN/best/ holds the best dev checkpoint, with its head."""
-    from roberta.tasks.finetune import check_head, start_model
-    from roberta.train import distributed
+def plan_sentences(task: SentenceTask, train_examples: Sequence[Example], train_path: str | Path,
+                   dev_sets: dict[str, tuple[Sequence[Example], str | Path]], job: JobConfig, model: RobertaModel,
+                   tokenizer, source: str | Path) -> Task:
+    """Sentence(-pair) classification or regression of `model` (fine-tuned from `source`) on
+    labelled examples, checked and encoded; RUN/best/ holds the best dev checkpoint, with its head."""
+    from roberta.tasks.finetune import Task, check_head, sequence_length
 
-    placement = distributed.setup(job.train.device)
-    torch.manual_seed(job.train.seed)  # the new head's initial weights
-    model, tokenizer = start_model(init, init_task)
-    check_head(model, task.name, len(task.labels) or 1, init)
-    max_length = min(job.data.max_length, model.config.max_seq_len)
+    spec = {"kind": "classification", "num_classes": len(task.labels) or 1, "labels": task.labels}
+    check_head(model, task.name, spec, source)
+    pairs = train_examples[0].pair is not None
+    max_length = sequence_length(job, model, 6 if pairs else 3, "<s> text </s></s> pair </s>" if pairs else "<s> text </s>")
+    if task.regression:
+        for examples, path in dev_sets.values():
+            if len(examples) < 2:
+                raise UserError(f"{path}: {len(examples)} example; Pearson and Spearman need two dev examples or more")
     train = (encode(tokenizer, train_examples, max_length), label_values(task, train_examples, train_path))
     dev = {
         name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
         for name, (examples, path) in dev_sets.items()
     }
-    objective = classify_objective(task, train, dev, job, tokenizer.pad_id, placement.rank, placement.world_size)
-    run_info = {"task": task.name, "labels": list(task.labels), "init": str(init_task or init)}
-    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, placement=placement, run_info=run_info)
+    return Task(objective=lambda member, rank, world: classify_objective(task, train, dev, member, tokenizer.pad_id, rank, world),
+                max_length=max_length, run_info={"task": task.name, "labels": list(task.labels)})

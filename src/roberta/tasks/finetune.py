@@ -4,6 +4,18 @@ from, length-grouped batches that resume exactly, and runs over several seeds or
 A task (classify.py, squad.py, race.py) turns its examples into token sequences and brings an
 `Objective`; this module cuts those sequences into batches and runs the one Trainer.
 
+A command is planned whole before anything is written (`finetune`): the job of every member
+(one run, --seeds, --sweep), every data file, the starting model and its heads, the run
+directories and, with --resume, each member's checkpoint. Only then do the runs start, so a
+refusal leaves every directory as it was. Warnings raised while planning (a SQuAD answer that
+does not match its text) are shown only once the plan has passed.
+
+Run directories: a missing or empty --out starts a run. One that holds a run (finished or not)
+or anything else is refused unless --resume (continue: finished members are reported as they
+are, interrupted ones continue from their latest checkpoint, members not begun or killed
+before their first checkpoint start afresh) or --overwrite (its contents are removed, after
+the plan has passed).
+
 Batches are a function of (seed, epoch, position) only: epoch e's order is a permutation seeded
 by (seed, e), cut into mega-batches of 50 micro-batches, each sorted by length so a batch pads
 little (HF's `group_by_length`), the longest first. Rank r of w takes micro-batches r, r + w, ...
@@ -14,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +35,15 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from roberta import checkpoint
 from roberta.errors import UserError
-from roberta.io import write_json
+from roberta.io import read_json, write_json
 from roberta.model import RobertaModel
-from roberta.train.config import JobConfig, load_job_config
+from roberta.train import distributed, run_state
+from roberta.train.config import JobConfig, ModelSection, load_job_config
 from roberta.train.metrics import training_flops_per_token
-from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan
+from roberta.train.trainer import RESULTS_FILE, Batch, Objective, RunPlan, TrainResult, batch_plan, plan_run
+from roberta.train.trainer import train as train_run
 
 MEGA_BATCH = 50  # micro-batches sorted together: HF's group_by_length factor
 
@@ -79,15 +95,75 @@ def start_model(init: str | Path, init_task: str | Path | None = None) -> tuple[
     return model.train(), tokenizer
 
 
-def check_head(model: RobertaModel, name: str, num_classes: int, source: str | Path) -> None:
-    """A head already in the starting checkpoint must fit the task; a new one is added later."""
-    if name in model.heads:
-        have = model.heads[name].spec().get("num_classes")
-        if have != num_classes:
-            raise UserError(
-                f"{source}: head {name!r} has {have} outputs but the task has {num_classes}; "
-                "start a new head with --init-task"
-            )
+# The [model] fields a fine-tuning job applies to the model it loads; the others describe a shape,
+# which comes from the checkpoint.
+APPLIED_MODEL_FIELDS = ("dropout", "attention_dropout", "classifier_dropout", "init_std")
+
+
+def with_model_section(model: RobertaModel, section: ModelSection, source: str | Path) -> RobertaModel:
+    """`model` with the job's dropout rates (and the init_std of heads it adds); any shape field
+    set in [model] is refused rather than recorded and ignored."""
+    default = ModelSection()
+    for field in dataclasses.fields(section):
+        value = getattr(section, field.name)
+        if field.name not in APPLIED_MODEL_FIELDS and value != getattr(default, field.name):
+            raise UserError(f"model.{field.name} = {value!r}: a fine-tuned model's shape comes from {source}; "
+                            f"fine-tuning applies only model.{', model.'.join(APPLIED_MODEL_FIELDS)}")
+    changes = {name: getattr(section, name) for name in APPLIED_MODEL_FIELDS
+               if getattr(section, name) is not None and getattr(section, name) != getattr(model.config, name)}
+    if not changes:
+        return model
+    # Dropout rates are read when the modules are built: a model of the new config takes the weights.
+    rebuilt = checkpoint.build_model(dataclasses.replace(model.config, **changes), checkpoint.head_shapes(model))
+    rebuilt.load_state_dict(model.state_dict())
+    # A body without a masked-LM head stays marked so: its seeded stand-in must not be saved as trained.
+    return checkpoint.mark_without_lm_head(rebuilt, checkpoint.without_lm_head(model)).train()
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where every member of a command starts: --init, or --init-task's body without its heads."""
+
+    init: str | Path
+    init_task: str | Path | None = None
+
+    @property
+    def source(self) -> str | Path:
+        return self.init_task or self.init
+
+    def load(self, job: JobConfig) -> tuple[RobertaModel, object]:
+        model, tokenizer = start_model(self.init, self.init_task)
+        return with_model_section(model, job.model, self.source), tokenizer
+
+
+def check_head(model: RobertaModel, name: str, spec: dict, source: str | Path) -> None:
+    """A head already in the starting checkpoint must fit the task (`spec`: its kind, outputs
+    and, for classes, labels); a new one is added later. A head without label names takes the
+    task's; one whose label names differ is refused, since its outputs mean other classes."""
+    if name not in model.heads:
+        return
+    have = model.heads[name].spec()
+    if have["kind"] != spec["kind"]:
+        raise UserError(f"{source}: head {name!r} is a {have['kind']} head but the task needs a {spec['kind']} head; "
+                        "start a new head with --init-task")
+    if have.get("num_classes") != spec.get("num_classes"):
+        raise UserError(
+            f"{source}: head {name!r} has {have.get('num_classes')} outputs but the task has {spec.get('num_classes')}; "
+            "start a new head with --init-task"
+        )
+    labels, wanted = have.get("labels", []), list(spec.get("labels", ()))
+    if labels and wanted and labels != wanted:
+        raise UserError(f"{source}: head {name!r} was trained on the labels {', '.join(labels)} but this data has "
+                        f"{', '.join(wanted)}; start a new head with --init-task (or name another head)")
+
+
+def sequence_length(job: JobConfig, model: RobertaModel, least: int, layout: str) -> int:
+    """The sequence length a task uses: data.max_length within the model's positions, refused
+    when it cannot hold `layout` with one token of each text (`least` tokens)."""
+    if job.data.max_length < least:
+        raise UserError(f"data.max_length = {job.data.max_length} cannot hold {layout} with one token of text "
+                        f"(it needs at least {least})")
+    return min(job.data.max_length, model.config.max_seq_len)
 
 
 class LengthBatches:
@@ -131,12 +207,14 @@ def batched_objective(
     train_lengths: Sequence[int], train_batch: Callable[[np.ndarray], Batch],
     eval_sets: dict[str, tuple[Sequence[int], Callable[[np.ndarray], Batch]]],
     add_heads: Callable[[RobertaModel], None], loss: Callable, metrics: Callable, best_metric: str,
+    figures: dict[str, Sequence[str]],
     counts: Callable[[Batch], dict[str, float]] = lambda batch: {"loss": len(batch["labels"])},
 ) -> Objective:
     """A fine-tuning Objective whose examples are batched here: training micro-batches by
     `LengthBatches` over `train_lengths`, each held-out set (its lengths, its collate) sorted by
-    length. `train_batch` and the collates turn example indices into a batch. With several
-    held-out sets, `best_metric` is read from the first ("set/metric")."""
+    length. `train_batch` and the collates turn example indices into a batch; `figures` names
+    what `metrics` reports for each held-out set. With several held-out sets, figures (and
+    `best_metric`, read from the first) are named "set/figure"."""
     micro_batch_size, _ = batch_plan(job, world)
     batcher = LengthBatches(train_lengths, micro_batch_size, job.train.seed, rank, world, job.data.group_by_length)
 
@@ -156,6 +234,7 @@ def batched_objective(
         flops_per_token=lambda config: training_flops_per_token(config, mean_length),
         batches_per_epoch=batcher.per_epoch,
         best_metric=best_metric if len(eval_sets) <= 1 else f"{next(iter(eval_sets))}/{best_metric}",
+        figures=tuple(figure if len(eval_sets) == 1 else f"{name}/{figure}" for name in eval_sets for figure in figures[name]),
     )
 
 
@@ -205,8 +284,89 @@ def summarize(out: Path, results: list[tuple[JobConfig, Path, TrainResult]]) -> 
     return record
 
 
-def run_all(job: JobConfig, out: str | Path, seeds: int, sweep: bool, run_one: Callable[[JobConfig, Path], TrainResult]) -> dict:
-    """Run every planned (job, directory) and return the summary."""
+@dataclass(frozen=True)
+class Task:
+    """A fine-tuning task with its data read, checked and encoded for the starting model: what
+    every member of a command trains on. `plan_*` in each task module builds one."""
+
+    objective: Callable[[JobConfig, int, int], Objective]  # (a member's job, rank, world size)
+    max_length: int  # the sequence length used (data.max_length within the model's positions)
+    run_info: dict  # recorded in RUN/job.json
+    outputs: tuple[str, ...] = ()  # files a finished run holds besides results.json
+    finish: Callable[[Path, JobConfig, TrainResult, distributed.Placement], None] | None = None  # after a run
+
+
+# plan_task(job, starting model, tokenizer, where the model came from) -> Task
+TaskPlanner = Callable[[JobConfig, RobertaModel, object, str | Path], Task]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One run of a command, planned: `mode` is "start", "resume", "restart" (a run killed
+    before its first checkpoint, begun again) or "done" (a finished run, reported as it is)."""
+
+    job: JobConfig
+    run_dir: Path
+    mode: str
+    objective: Objective
+    plan: RunPlan | None  # None when done
+
+
+def finetune(job: JobConfig, out: str | Path, start: Start, plan_task: TaskPlanner, *, seeds: int = 1,
+             sweep: bool = False, resume: bool = False, overwrite: bool = False) -> dict:
+    """Plan every member (one run, `seeds` seeds, or the paper's grid) whole, then run them; the
+    summary (RUN/results.json over several members)."""
     out = Path(out)
-    results = [(cell, run_dir, run_one(cell, run_dir)) for cell, run_dir in runs(job, out, seeds, sweep)]
+    with warnings.catch_warnings(record=True) as caught:
+        placement = distributed.setup(job.train.device)
+        task, tokenizer, members = _plan(job, out, start, plan_task, placement, seeds, sweep, resume, overwrite)
+    for w in caught:  # the plan passed: what it noticed may be shown now
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if placement.is_main and overwrite and out.is_dir():
+        run_state.clear_directory(out)
+    distributed.barrier()
+    results = []
+    for member in members:
+        if member.mode == "done":
+            record = read_json(member.run_dir / RESULTS_FILE)
+            results.append((member.job, member.run_dir, TrainResult(step=0, checkpoint=None, valid={}, skipped_steps=0,
+                                                                      best=record.get("best"))))
+            continue
+        if placement.is_main and member.mode == "restart":
+            run_state.clear_directory(member.run_dir)
+        distributed.barrier()
+        torch.manual_seed(member.job.train.seed)  # the new head's initial weights
+        model, _ = start.load(member.job)
+        result = train_run(model, member.objective, member.job, member.run_dir, tokenizer=tokenizer,
+                           placement=placement, run_info={**task.run_info, "init": str(start.source)}, plan=member.plan)
+        if task.finish is not None:
+            task.finish(member.run_dir, member.job, result, placement)
+        results.append((member.job, member.run_dir, result))
     return summarize(out, results)
+
+
+def _plan(job: JobConfig, out: Path, start: Start, plan_task: TaskPlanner, placement: distributed.Placement,
+          seeds: int, sweep: bool, resume: bool, overwrite: bool) -> tuple[Task, object, list[Member]]:
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite: give one (continue the run, or replace it)")
+    planned = runs(job, out, seeds, sweep)
+    modes = run_state.directory_modes(out, [run_dir for _, run_dir in planned], resume, overwrite)
+    model, tokenizer = start.load(job)
+    task = plan_task(job, model, tokenizer, start.source)
+    members = []
+    for (member_job, run_dir), mode in zip(planned, modes):
+        member_job = dataclasses.replace(member_job, data=dataclasses.replace(member_job.data, max_length=task.max_length))
+        objective = task.objective(member_job, placement.rank, placement.world_size)
+        objective.add_heads(model)
+        if mode == "done" and not run_state.latest_checkpoint(run_dir):
+            finished = read_json(run_dir / RESULTS_FILE).get("task")
+            if finished != objective.name:
+                raise UserError(f"{run_dir}: holds a finished {finished!r} run, not a {objective.name!r} one")
+            plan = None
+        else:
+            plan = plan_run(model, objective, member_job, run_dir, world_size=placement.world_size,
+                            resume=mode in ("resume", "done"), tokenizer=tokenizer)
+        if mode == "done" and plan is not None and not all((run_dir / name).exists() for name in task.outputs):
+            mode = "resume"  # killed after its last checkpoint, before its last outputs: finish it
+        members.append(Member(member_job, run_dir, mode, objective, None if mode == "done" else plan))
+    return task, tokenizer, members

@@ -9,6 +9,8 @@ an index column (SST-2, CoLA, MRPC train/dev) index their rows 0, 1, ... in file
 from __future__ import annotations
 
 import itertools
+import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from roberta.tasks.classify import Example, label_ids, parse_label
 from roberta.tasks.rows import read_tsv, table_records
 
 PREDICTION_HEADER = ["index", "prediction"]
+# A correlation of fewer pairs is not a number (scipy refuses one pair).
+MIN_EXAMPLES = {"pearson": 2, "spearman": 2}
 
 
 @dataclass(frozen=True)
@@ -116,22 +120,33 @@ def _metric_functions() -> dict[str, Callable[[list, list], float]]:
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+    def correlation(name: str, f: Callable) -> Callable[[list, list], float]:
+        return lambda p, y: f(p, y)[0] if len(p) >= MIN_EXAMPLES[name] else math.nan
+
     return {
         "accuracy": lambda p, y: accuracy_score(y, p),
-        "f1": lambda p, y: f1_score(y, p),
+        "f1": lambda p, y: f1_score(y, p, zero_division=0.0),
         "mcc": lambda p, y: matthews_corrcoef(y, p),
-        "pearson": lambda p, y: pearsonr(p, y)[0],
-        "spearman": lambda p, y: spearmanr(p, y)[0],
+        "pearson": correlation("pearson", pearsonr),
+        "spearman": correlation("spearman", spearmanr),
     }
 
 
 def metrics(task: GlueTask, predictions: Sequence[int | float], labels: Sequence[int | float]) -> dict[str, float]:
     """The task's official dev metrics: label ids for classification (F1 counts id 1, "1", as
-    positive), floats for STS-B."""
+    positive), floats for STS-B.
+
+    Where a metric is undefined, MCC and F1 are 0 as scikit-learn (GLUE's scorer) makes them
+    (constant predictions; no positive predicted nor labelled), and a correlation is NaN
+    (constant predictions or labels, fewer than two pairs)."""
     if len(predictions) != len(labels) or not labels:
         raise ValueError(f"{len(predictions)} predictions for {len(labels)} labels")
     functions = _metric_functions()
-    return {name: float(functions[name](list(predictions), list(labels))) for name in task.metrics}
+    with warnings.catch_warnings():
+        # scipy's ConstantInputWarning and scikit-learn's notes announce the undefined values above,
+        # in several lines per evaluation: the callers say it once, where it matters.
+        warnings.simplefilter("ignore")
+        return {name: float(functions[name](list(predictions), list(labels))) for name in task.metrics}
 
 
 def write_predictions(task: GlueTask, path: str | Path, indices: Sequence[str], predictions: Sequence[int | float]) -> None:
@@ -159,8 +174,15 @@ def read_predictions(task: GlueTask, path: str | Path) -> dict[str, tuple[int, s
 
 
 def evaluate_predictions(task: GlueTask, dev_file: str | Path, predictions_file: str | Path) -> dict[str, float]:
-    """The task's metrics for a leaderboard TSV scored against a labelled dev file, matched by index."""
+    """The task's metrics for a leaderboard TSV scored against a labelled dev file, matched by index.
+
+    A dev file too small for a metric (one pair for a correlation) is refused; a correlation that
+    is undefined (constant predictions or labels) is NaN, with a warning naming the constant side."""
     examples = read_split(task, dev_file, labelled=True)
+    for name in task.metrics:
+        if len(examples) < MIN_EXAMPLES.get(name, 1):
+            raise UserError(f"{dev_file}: {len(examples)} example(s), but {task.name}'s {name} needs at least "
+                            f"{MIN_EXAMPLES[name]}")
     predicted = read_predictions(task, predictions_file)
     dev_indices = {e.index for e in examples}
     for index, (number, _) in predicted.items():
@@ -171,21 +193,41 @@ def evaluate_predictions(task: GlueTask, dev_file: str | Path, predictions_file:
         raise UserError(f"{predictions_file}: no prediction for index {missing.index} ({dev_file}:{missing.line})")
     values = [predicted[e.index][1] for e in examples]
     if task.regression:
-        return metrics(task, values, [e.label for e in examples])
-    return metrics(task, [task.labels.index(v) for v in values], label_ids(examples, task.labels, dev_file))
+        figures = metrics(task, values, [e.label for e in examples])
+    else:
+        figures = metrics(task, [task.labels.index(v) for v in values], label_ids(examples, task.labels, dev_file))
+    undefined = [name for name, value in figures.items() if math.isnan(value)]
+    if undefined:
+        # A correlation is undefined only where one side is constant.
+        constant = len(set(values)) == 1
+        why = f"{predictions_file} predicts the same value everywhere" if constant else f"{dev_file} has the same label everywhere"
+        warnings.warn(f"{', '.join(undefined)} undefined: {why}", stacklevel=2)
+    return figures
 
 
 def sentence_task(task: GlueTask):
     """The task as the classification objective sees it: head name, labels, metrics, best metric."""
     from roberta.tasks.classify import SentenceTask
 
-    return SentenceTask(task.name, task.labels, lambda p, y: metrics(task, list(p), list(y)), task.metric)
+    return SentenceTask(task.name, task.labels, lambda p, y: metrics(task, list(p), list(y)), task.metric, task.metrics)
 
 
 def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Path, int8: bool = False) -> int:
     """The GLUE leaderboard file for `input` (a test TSV) from the fine-tuned head named after the
     task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training.
-    `int8`: quantized first, as `roberta predict --int8` does (`int8.quantize_for_predict`)."""
+    `int8`: quantized first, as `roberta predict --int8` does (`int8.quantize_for_predict`).
+
+    The head must fit the task: its output count, and its label names where it carries them."""
+    head = roberta.head(task.name, "classification")
+    outputs = head.out_proj.out_features
+    if outputs != task.num_classes:
+        wanted = "1 (a score)" if task.regression else f"{task.num_classes} ({', '.join(task.labels)})"
+        raise UserError(f"head {task.name!r} has {outputs} output(s), but {task.name} needs {wanted}")
+    if head.labels and tuple(head.labels) != task.labels:
+        # A head trained on the task's data with `finetune classify` may order its labels otherwise:
+        # its output k would be written as the wrong label name.
+        raise UserError(f"head {task.name!r} has labels {', '.join(head.labels)}, but {task.name}'s are "
+                        f"{', '.join(task.labels)} in this order")
     examples = read_split(task, input, labelled=False)
     pairs = [e.pair for e in examples] if task.pair_column else None
     tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_seq_len)

@@ -29,10 +29,10 @@ from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.data.packing import FORMATS, PAIR_FORMATS
 from roberta.errors import UserError
 from roberta.model import RobertaModel
-from roberta.train import distributed
+from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, load_job_config, scaled
 from roberta.train.metrics import training_flops_per_token
-from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan, train
+from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan, plan_run, train
 
 @dataclass(frozen=True)
 class PretrainData:
@@ -142,9 +142,6 @@ def mlm_metrics(sums: dict[str, float], examples: dict | None = None) -> dict[st
     return figures
 
 
-TOKENIZER_FILES = ("vocab.json", "encoder.json", "vocab.txt")
-
-
 @torch.no_grad()
 def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> None:
     """Start a learned position table [P, H] as the original Transformer's sinusoids: sin/cos of
@@ -169,6 +166,7 @@ def pretrain(
     *,
     tokenizer: str | Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     init_from: str | Path | None = None,
 ) -> TrainResult:
     """Pretrain from scratch (or from `init_from`: ours, HF or fairseq) on the corpus at `data`.
@@ -176,22 +174,39 @@ def pretrain(
     The tokenizer (saved into every checkpoint) is `tokenizer`, or the one `prepare` saved in
     `data`, or one beside it; without any (a corpus from elsewhere), checkpoints hold the model
     only, with a warning: fill-mask and fine-tuning need a tokenizer beside the weights.
+
+    `out` follows the run-directory rule (`run_state.directory_modes`): a used directory needs
+    `resume` (continue: a finished run goes on if `train.max_steps` grew) or `overwrite`.
     """
     job = scaled(job)
     out = Path(out)
     placement = distributed.setup(job.train.device)
+    (mode,) = run_state.directory_modes(out, [out], resume, overwrite)
     corpus = Corpus(data)
-    specials = corpus.specials
     tok = _find_tokenizer(Path(data), tokenizer)
     if tok is not None:
         check_tokenizer(data, tok)
     else:
         warnings.warn(f"{data}: no tokenizer in or beside the corpus, so checkpoints will hold the model only "
                       "(pass --tokenizer DIR to save it with them)", stacklevel=2)
-    micro_batch_size, _ = batch_plan(job, placement.world_size)
-
     torch.manual_seed(job.train.seed)  # every rank builds the same initial weights
+    model = _initial_model(job, corpus, data, init_from)
+    objective = _objective(job, data, corpus, placement)
+    objective.add_heads(model)
+    plan = plan_run(model, objective, job, out, world_size=placement.world_size, resume=mode in ("resume", "done"),
+                    tokenizer=tok)
+    if placement.is_main and (overwrite or mode == "restart"):  # everything checked: the old run may go
+        run_state.clear_directory(out)
+    distributed.barrier()
+    run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
+    return train(model, objective, job, out, tokenizer=tok, placement=placement, run_info=run_info, plan=plan)
+
+
+def _initial_model(job: JobConfig, corpus: Corpus, data: str | Path, init_from: str | Path | None) -> RobertaModel:
+    """A model of the job's shape, or `init_from` (ours, HF or fairseq), for the corpus's vocabulary."""
+    specials = corpus.specials
     if init_from is not None:
+        from roberta.checkpoint import mark_without_lm_head
         from roberta.convert import load_any
 
         model, init_tokenizer = load_any(init_from)
@@ -202,14 +217,20 @@ def pretrain(
                 f"--init-from {init_from}: the model has {model.config.vocab_size} tokens (padding id "
                 f"{model.config.padding_idx}), the corpus {specials.vocab_size} (padding id {specials.pad_id})"
             )
-        model.train()
+        # A body imported without a masked-LM head starts one here from its seeded weights, and trains it.
+        model = mark_without_lm_head(model, None).train()
     else:
         model = RobertaModel(job.model_config(specials.vocab_size, specials.pad_id))
         if job.model.position_init == "sinusoidal":
             sinusoidal_positions(model.embed_positions.weight, model.config.padding_idx, model.config.init_std)
     if job.data.seq_len > model.config.max_seq_len:
         raise UserError(f"data.seq_len = {job.data.seq_len} exceeds the model's {model.config.max_seq_len} positions")
+    return model
 
+
+def _objective(job: JobConfig, data: str | Path, corpus: Corpus, placement: distributed.Placement) -> Objective:
+    """The masked-LM objective (+ NSP for pair formats) over this rank's share of the corpus."""
+    micro_batch_size, _ = batch_plan(job, placement.world_size)
     masking = MaskingConfig(
         mask_prob=job.data.mask_prob,
         whole_word=job.data.whole_word,
@@ -226,24 +247,22 @@ def pretrain(
 
     train_set, valid_set = dataset("train"), dataset("valid")
     pin = placement.device.type == "cuda"
-    objective = mlm_objective(
+    return mlm_objective(
         train_batches=lambda start: iter(
             PretrainLoader(train_set, start_step=start, num_workers=job.data.workers, pin_memory=pin)
         ),
         eval_batches=lambda: PretrainLoader(valid_set, epochs=1),
-        padding_idx=specials.pad_id,
+        padding_idx=corpus.specials.pad_id,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
         nsp=job.data.format in PAIR_FORMATS,
         last_layer_masked_only=job.data.last_layer_masked_only,
         unpad=job.data.unpad,
     )
-    run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
-    return train(model, objective, job, out, tokenizer=tok, resume=resume, placement=placement, run_info=run_info)
 
 
 def _find_tokenizer(data: Path, given: str | Path | None):
-    from roberta.tokenizer import load_tokenizer
+    from roberta.tokenizer import TOKENIZER_FILES, load_tokenizer
 
     if given is not None:
         return load_tokenizer(given)

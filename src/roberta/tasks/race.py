@@ -42,6 +42,8 @@ def read_race(directory: str | Path) -> list[RaceExample]:
     for level in levels:
         for path in sorted((directory / level).glob("*.txt")):
             examples.extend(_read_file(path, level))
+    if not examples:
+        raise UserError(f"{directory}: no RACE questions in {' or '.join(f'{level}/*.txt' for level in levels)}")
     return examples
 
 
@@ -84,8 +86,9 @@ def encode_choices(tokenizer: Tokenizer, example: RaceExample, max_length: int =
     for qa in qa_ids:
         qa = qa[:max_qa]
         room = max_length - len(qa) - 4
-        if room < 0:
-            raise UserError(f"max_length={max_length} leaves no room for {len(qa)} question+option tokens")
+        if room < 1:
+            raise UserError(f"{example.id}: max_length={max_length} leaves no room for the passage after {len(qa)} "
+                            "question+option tokens (raise --data.max_length or lower --max-qa)")
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
         choices.append([bos, *passage[:room], eos, eos, *qa, eos])
     return choices
@@ -136,6 +139,9 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
         if RACE_HEAD not in model.heads:
             model.add_classification_head(RACE_HEAD, 1)
 
+    def figures(items: list[RaceExample]) -> tuple[str, ...]:
+        return ("loss", "accuracy", *(level for level in LEVELS if any(e.level == level for e in items)))
+
     def loss(model, batch: dict) -> dict:
         hidden = model(batch["tokens"], select="first").last_hidden_state
         scores = model.classify(RACE_HEAD, hidden).float().view(-1, len(LETTERS))
@@ -164,30 +170,24 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
         eval_sets={name: (lengths(data[0]), lambda indices, data=data: collate(*data, indices))
                    for name, data in eval_sets.items()},
         add_heads=add_heads, loss=loss, metrics=metrics, best_metric="accuracy",
+        figures={name: figures(items) for name, (_, items) in eval_sets.items()},
     )
 
 
-def finetune_race(job, data_dir: str | Path, init: str | Path, out: str | Path, *, init_task: str | Path | None = None,
-                  resume: bool = False, max_qa: int = 128):
-    """Fine-tune `init` on DIR/train, evaluating on DIR/dev and DIR/test (when there); RUN/best/
-    holds the best dev accuracy."""
-    import torch
+def plan_race(data_dir: str | Path, max_qa: int, job, model, tokenizer, source: str | Path):
+    """RACE from DIR/train, evaluated on DIR/dev and DIR/test (when there), read, checked and
+    encoded for `model` (fine-tuned from `source`); RUN/best/ holds the best dev accuracy."""
+    from roberta.tasks.finetune import Task, check_head, sequence_length
 
-    from roberta.tasks.finetune import check_head, start_model
-    from roberta.train import distributed
-    from roberta.train.trainer import train as train_run
-
+    if max_qa < 1:
+        raise UserError(f"--max-qa must be at least 1, not {max_qa}")
     data_dir = Path(data_dir)
     splits = {name: read_race(data_dir / name) for name in ("train", "dev", "test")
               if name != "test" or (data_dir / name).is_dir()}
-    placement = distributed.setup(job.train.device)
-    torch.manual_seed(job.train.seed)  # the new head's initial weights
-    model, tokenizer = start_model(init, init_task)
-    check_head(model, RACE_HEAD, 1, init)
-    max_length = min(job.data.max_length, model.config.max_seq_len)
+    check_head(model, RACE_HEAD, {"kind": "classification", "num_classes": 1}, source)
+    max_length = sequence_length(job, model, 6, "<s> passage </s></s> question option </s>")
     encoded = {name: ([encode_choices(tokenizer, e, max_length, max_qa) for e in examples], examples)
                for name, examples in splits.items()}
     train = encoded.pop("train")
-    objective = race_objective(train, encoded, job, tokenizer.pad_id, placement.rank, placement.world_size)
-    run_info = {"task": "race", "init": str(init_task or init)}
-    return train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, placement=placement, run_info=run_info)
+    return Task(objective=lambda member, rank, world: race_objective(train, encoded, member, tokenizer.pad_id, rank, world),
+                max_length=max_length, run_info={"task": "race"})

@@ -17,6 +17,7 @@ token (about 1% of SQuAD dev: "1990" in "1990s") maps to the smallest token span
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import warnings
@@ -83,6 +84,9 @@ def read_squad(path: str | Path, version: str) -> list[SquadExample]:
                 raise UserError(f"{path}: {where}.context: empty")
             for k, qa in enumerate(_field(paragraph, "qas", list, path, where)):
                 examples.append(_read_question(qa, context, version, seen, path, f"{where}.qas[{k}]"))
+    if not examples:
+        # Nothing to train on or score: a metric over no questions would read as a score of 0.
+        raise UserError(f"{path}: no questions (data / paragraphs / qas are empty)")
     return examples
 
 
@@ -207,6 +211,21 @@ def _answer_tokens(example: SquadExample, offsets: np.ndarray) -> tuple[int, int
     if len(covering) == 0:
         return None
     return int(covering[0]), int(covering[-1])
+
+
+def answer_windows(max_seq_len: int) -> tuple[int, int, int]:
+    """(max_length, stride, max_query) for reading contexts with a model of `max_seq_len`
+    positions: the paper's 384-token windows with HF's doc_stride 128 and 64 question tokens on
+    a model that holds them; on a shorter one the window is the model's and stride and question
+    shrink in proportion (a 128-token window shares 42 tokens, keeps 32 of the question), so
+    that a window always brings more new context than it shares."""
+    max_length = min(SQUAD_MAX_LENGTH, max_seq_len)
+    stride, max_query = min(128, max_length // 3), min(64, max_length // 4)
+    # The longest question leaves max_length - max_query - 4 context tokens (<s> q </s></s> ... </s>).
+    if max_length - max_query - 4 <= stride:
+        raise UserError(f"the model's {max_seq_len} positions are too few to hold a question and a context window "
+                        f"(at least 10 are needed)")
+    return max_length, stride, max_query
 
 
 # ---------------------------------------------------------------- decoding
@@ -413,7 +432,8 @@ def evaluate_squad(dataset_path: str | Path, predictions_path: str | Path, versi
     predictions = _read_mapping(predictions_path, str)
     null_odds = None
     if null_odds_path is not None:
-        null_odds = _read_mapping(null_odds_path, (int, float))
+        # null: odds JSON cannot hold, +infinity (a context with no span, such as only spaces), as we write them.
+        null_odds = _read_mapping(null_odds_path, (int, float), null=math.inf)
         lacking = [e.id for e in examples if e.id in predictions and e.id not in null_odds]
         if lacking:
             raise UserError(f"{null_odds_path}: no null odds for {len(lacking)} predicted question(s) (first: {lacking[0]})")
@@ -423,12 +443,18 @@ def evaluate_squad(dataset_path: str | Path, predictions_path: str | Path, versi
     return result
 
 
-def _read_mapping(path: str | Path, kind) -> dict:
+def _read_mapping(path: str | Path, kind, null: object = None) -> dict:
+    """{question id: value of `kind`}; a JSON null reads as `null` where one is given."""
     values = read_json(path)
     for qid, value in values.items():
+        if value is None and null is not None:
+            values[qid] = value = null
         if not isinstance(value, kind) or isinstance(value, bool):
             wanted = "a string" if kind is str else "a number"
             raise UserError(f"{path}: {qid!r}: expected {wanted}, got {type(value).__name__}")
+        # Python's JSON reader takes NaN; odds that do not compare would order the threshold search at random.
+        if isinstance(value, float) and np.isnan(value):
+            raise UserError(f"{path}: {qid!r}: expected a number, got NaN")
     return values
 
 
@@ -533,13 +559,16 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
         train_lengths=[len(w.tokens) for w in train_windows], train_batch=train_batch,
         eval_sets={"dev": ([len(w.tokens) for w in dev_windows], dev_batch)},
         add_heads=add_heads, loss=loss, metrics=metrics, best_metric="f1",
+        # The scores' names depend on the dev set (v2.0's HasAns_*/NoAns_* on which kinds it holds).
+        figures={"dev": tuple(squad_scores(dev_examples, {}, task.version, {} if task.version == "2.0" else None))},
         counts=lambda batch: {} if "window" in batch else {"loss": len(batch["tokens"])},
     )
 
 
 def predict_windows(model, task: SquadTask, examples: Sequence[SquadExample], windows: Sequence[SquadWindow],
-                    pad_id: int, batch_size: int = 32) -> Decoded:
-    """Decoded answers of a fine-tuned model (on its own device) for windows made with train=False."""
+                    pad_id: int, batch_size: int = 32, n_best: int = 20) -> Decoded:
+    """Decoded answers of a fine-tuned model (on its own device) for windows made with train=False,
+    up to `n_best` spans per question."""
     import torch
 
     from roberta.tasks.finetune import pad
@@ -557,45 +586,49 @@ def predict_windows(model, task: SquadTask, examples: Sequence[SquadExample], wi
             starts.append(start.cpu().numpy())
             ends.append(end.cpu().numpy())
     model.train(was_training)
-    return decode_windows(task, examples, windows, np.arange(len(windows)), np.concatenate(starts), np.concatenate(ends))
+    return decode(examples, windows, np.concatenate(starts), np.concatenate(ends), n_best, version=task.version)
 
 
-def finetune_squad(job, version: str, train_path: str | Path, dev_path: str | Path, init: str | Path, out: str | Path,
-                   *, init_task: str | Path | None = None, resume: bool = False, name: str = "squad",
-                   stride: int = 128, max_query: int = 64):
-    """Fine-tune `init` on SQuAD; RUN/best/ holds the best dev F1, and RUN/predictions.json (v2.0:
-    at the null threshold best on dev, with RUN/null_odds.json) are that checkpoint's dev answers."""
-    import torch
-
-    from roberta.convert import load_any
-    from roberta.tasks.finetune import start_model
-    from roberta.train import distributed
-    from roberta.train.trainer import BEST_DIR
-    from roberta.train.trainer import train as train_run
+def plan_squad(version: str, train_path: str | Path, dev_path: str | Path, job, model, tokenizer, source: str | Path,
+               *, name: str = "squad", stride: int = 128, max_query: int = 64):
+    """SQuAD read, checked and cut into windows for `model` (fine-tuned from `source`); RUN/best/
+    holds the best dev F1, and RUN/predictions.json (v2.0: at the null threshold best on dev,
+    with RUN/null_odds.json) are that checkpoint's dev answers."""
+    from roberta.tasks.finetune import Task, check_head, sequence_length
 
     task = SquadTask(version, name)
     _check_version(version)
     train_examples, dev_examples = read_squad(train_path, version), read_squad(dev_path, version)
-    placement = distributed.setup(job.train.device)
-    torch.manual_seed(job.train.seed)  # the new heads' initial weights
-    model, tokenizer = start_model(init, init_task)
-    max_length = min(job.data.max_length, model.config.max_seq_len)
+    for path, examples in ((train_path, train_examples), (dev_path, dev_examples)):
+        if not examples:
+            raise UserError(f"{path}: no questions")
+    check_head(model, task.name, {"kind": "span"}, source)
+    if version == "2.0":
+        check_head(model, task.answerable, {"kind": "classification", "num_classes": 2}, source)
+    max_length = sequence_length(job, model, 6, "<s> question </s></s> context </s>")
     train_windows = make_windows(tokenizer, train_examples, max_length, stride, max_query, train=True).windows
     if not train_windows:
         raise UserError(f"{train_path}: no question could be trained on (every answer_start mismatched)")
     dev_windows = make_windows(tokenizer, dev_examples, max_length, stride, max_query, train=False).windows
-    objective = squad_objective(task, train_windows, (dev_examples, dev_windows), job, tokenizer.pad_id, max_length,
-                                placement.rank, placement.world_size)
-    run_info = {"task": f"squad-{version}", "init": str(init_task or init)}
-    result = train_run(model, objective, job, out, tokenizer=tokenizer, resume=resume, placement=placement, run_info=run_info)
-    if placement.is_main and result.best is not None:
-        best, _ = load_any(Path(out) / BEST_DIR)
-        decoded = predict_windows(best.to(placement.device), task, dev_examples, dev_windows, tokenizer.pad_id,
-                                  job.train.micro_batch_size)
-        predictions = decoded.predictions
-        if version == "2.0":
-            threshold, _ = choose_null_threshold(dev_examples, decoded.best_spans, decoded.null_odds)
-            predictions = apply_null_threshold(decoded.best_spans, decoded.null_odds, threshold)
-            write_predictions(Path(out) / "null_odds.json", decoded.null_odds)
-        write_predictions(Path(out) / "predictions.json", predictions)
-    return result
+
+    def finish(run_dir: Path, member, result, placement) -> None:
+        from roberta.convert import load_any
+        from roberta.train.trainer import BEST_DIR
+
+        if placement.is_main and result.best is not None:
+            best, _ = load_any(Path(run_dir) / BEST_DIR)
+            decoded = predict_windows(best.to(placement.device), task, dev_examples, dev_windows, tokenizer.pad_id,
+                                      member.train.micro_batch_size)
+            predictions = decoded.predictions
+            if version == "2.0":
+                threshold, _ = choose_null_threshold(dev_examples, decoded.best_spans, decoded.null_odds)
+                predictions = apply_null_threshold(decoded.best_spans, decoded.null_odds, threshold)
+                write_predictions(Path(run_dir) / "null_odds.json", decoded.null_odds)
+            write_predictions(Path(run_dir) / "predictions.json", predictions)
+
+    return Task(
+        objective=lambda member, rank, world: squad_objective(task, train_windows, (dev_examples, dev_windows), member,
+                                                              tokenizer.pad_id, max_length, rank, world),
+        max_length=max_length, run_info={"task": f"squad-{version}"},
+        outputs=("predictions.json", *(("null_odds.json",) if version == "2.0" else ())), finish=finish,
+    )

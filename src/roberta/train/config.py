@@ -35,6 +35,7 @@ class ModelSection:
     max_positions: int | None = None
     dropout: float | None = None
     attention_dropout: float | None = None
+    classifier_dropout: float | None = None  # inside sentence-level heads
     init_std: float | None = None  # std of the normal initialisation (BERT's and fairseq's: 0.02)
     # How the position table starts when the model is built from scratch: "normal" like every
     # other weight, or "sinusoidal" (tasks.pretrain.sinusoidal_positions; still learned).
@@ -43,7 +44,7 @@ class ModelSection:
     CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large"), "position_init": ("normal", "sinusoidal")}
     RANGES: ClassVar = {
         "hidden_size": ">0", "num_layers": ">0", "num_heads": ">0", "ffn_size": ">0", "max_positions": ">0",
-        "dropout": "[0,1)", "attention_dropout": "[0,1)", "init_std": ">0",
+        "dropout": "[0,1)", "attention_dropout": "[0,1)", "classifier_dropout": "[0,1)", "init_std": ">0",
     }
 
 

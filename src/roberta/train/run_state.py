@@ -5,6 +5,9 @@ plus `trainer_state.pt`: step, optimizer, loss scaler, every process's RNG state
 position. Only tensors and plain Python values go in, so it loads with `weights_only=True`.
 A checkpoint is built in a hidden temporary directory and renamed into place; a process killed
 half way leaves only the temporary, which the next save or resume deletes.
+
+`RUN_FILES` names what a run writes in its directory, so that a command can tell a run (its
+own temporaries included) from a directory holding anything else.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from roberta.errors import UserError
 
 STATE_FILE = "trainer_state.pt"
+RESULTS_FILE = "results.json"  # a finished run's record
 _NAME = re.compile(r"step-(\d{8})")
 
 
@@ -67,10 +71,12 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
     return final
 
 
-def load_trainer_state(directory: Path) -> dict:
+def load_trainer_state(directory: Path, mmap: bool = False) -> dict:
+    """`trainer_state.pt`; with `mmap`, its tensors are mapped rather than read (a check that
+    only looks at its plain values costs nothing even for a large optimizer state)."""
     path = directory / STATE_FILE
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, weights_only=True, mmap=mmap)
     except FileNotFoundError:
         raise UserError(f"{path}: no trainer state (not a checkpoint of a run in progress)") from None
     except Exception as e:  # a truncated or foreign file
@@ -110,6 +116,89 @@ def _remove_temporaries(root: Path) -> None:
     if root.is_dir():
         for p in root.glob(".*"):  # our staging dirs and checkpoint.save's own temporaries
             shutil.rmtree(p, ignore_errors=True)
+
+
+# What a run writes into its directory (the trainer, metrics, SQuAD's answers): anything else is someone else's.
+RUN_FILES = ("job.json", "metrics.jsonl", "curves.png", "tensorboard", "checkpoints", "best", "results.json",
+             "predictions.json", "null_odds.json")
+# The temporaries `roberta.io` writes beside a file or directory it publishes: `.NAME.tmp-*`, `.NAME.old-*`.
+_TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-.*")
+
+
+def is_temporary(path: Path) -> bool:
+    """One of our own temporaries for a run file (left by a process killed while publishing it)."""
+    match = _TEMPORARY.fullmatch(path.name)
+    return bool(match) and match[1] in RUN_FILES
+
+
+def remove_run_temporaries(run_dir: Path) -> None:
+    """What a killed run left half-written: `best/` or `results.json` temporaries beside them,
+    checkpoint staging under checkpoints/. Published files are never touched."""
+    if run_dir.is_dir():
+        for p in run_dir.iterdir():
+            if is_temporary(p):
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    _remove_temporaries(run_dir / "checkpoints")
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """Names in `run_dir` that no run writes (sorted)."""
+    return sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_FILES and not is_temporary(p))
+
+
+def directory_modes(out: Path, run_dirs: list[Path], resume: bool, overwrite: bool) -> list[str]:
+    """How a command uses each of its runs' directories (`run_dirs`: `out` itself, or members
+    under it): "start", "resume", "restart" (killed before its first checkpoint: begun again) or
+    "done" (finished). A missing or empty `out` starts; one that holds a run, finished or not, or
+    anything else, is refused unless `resume` (continue what this command plans) or `overwrite`
+    (its contents replaced, by the caller, once everything else is checked)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory")
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not entries:
+        if resume:
+            raise UserError(f"{out}: --resume given but there is no run to continue")
+        return ["start"] * len(run_dirs)
+    if overwrite:
+        return ["start"] * len(run_dirs)
+    members = {d.name for d in run_dirs if d != out}  # when --out holds several runs
+    if resume:  # only what this command writes there
+        ours = members | {RESULTS_FILE} if members else set(RUN_FILES)
+    else:  # a run of either shape, which --resume or --overwrite deals with
+        ours = {*RUN_FILES, *members}
+    stray = [name for name in entries if name not in ours and not is_temporary(out / name)]
+    if not resume:
+        if stray:
+            raise UserError(f"{out}: not empty (it holds {stray[0]!r}); choose another --out, or pass --overwrite "
+                            "to replace its contents")
+        held = "a finished run" if (out / RESULTS_FILE).exists() else "an unfinished run"
+        raise UserError(f"{out}: already holds {held}; pass --resume to continue it or --overwrite to replace it")
+    if stray:
+        what = "a run" if run_dirs == [out] else "a member of this command's --seeds/--sweep"
+        raise UserError(f"{out}: holds {stray[0]!r}, which is not {what}; --resume continues only the runs this "
+                        "command plans (or pass --overwrite to replace its contents)")
+    return [_resume_mode(run_dir) for run_dir in run_dirs]
+
+
+def _resume_mode(run_dir: Path) -> str:
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return "start"
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: exists and is not a run directory")
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise UserError(f"{run_dir}: holds {foreign[0]!r}, which no run writes; --resume continues only a run "
+                        "(or pass --overwrite to replace it)")
+    if (run_dir / RESULTS_FILE).exists():
+        return "done"
+    return "resume" if latest_checkpoint(run_dir) else "restart"
+
+
+def clear_directory(directory: Path) -> None:
+    """Remove what `directory` holds (validated as ours to replace), keeping the directory."""
+    if directory.is_dir():
+        for path in directory.iterdir():
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _fsync(path: Path) -> None:

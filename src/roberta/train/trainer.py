@@ -52,6 +52,9 @@ class Objective:
     batches_per_epoch: this rank's micro-batches in one epoch, where an epoch has a fixed length
         (budgets in epochs, evaluation each epoch).
     best_metric: the evaluation figure that picks RUN/best/ ("set/figure" with several sets).
+    figures: every figure an evaluation reports, named as `best_metric` is, known before
+        training so that a `train.best_metric` outside them is refused before the run starts
+        (empty: not declared, checked at the first evaluation).
     """
 
     name: str
@@ -66,12 +69,13 @@ class Objective:
     batches_per_epoch: int | None = None
     best_metric: str | None = None
     higher_is_better: bool = True
+    figures: tuple[str, ...] = ()
 
 
 EXAMPLES = "examples"
 BEST_DIR = "best"
 JOB_FILE = "job.json"
-RESULTS_FILE = "results.json"
+RESULTS_FILE = run_state.RESULTS_FILE
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,51 @@ def batch_plan(job: JobConfig, world_size: int) -> tuple[int, int]:
     return micro_batch_size, accumulation
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """A run checked before anything is written: its job with epochs turned into steps, its
+    batch plan, the figure that picks RUN/best/, and the checkpoint it continues from."""
+
+    job: JobConfig
+    micro_batch_size: int
+    accumulation: int
+    per_epoch: int | None  # updates in one epoch, where the objective's epoch has a fixed length
+    best_metric: str | None
+    resume_from: Path | None
+
+
+def plan_run(
+    model: RobertaModel, objective: Objective, job: JobConfig, run_dir: str | Path, *, world_size: int,
+    resume: bool, tokenizer=None,
+) -> RunPlan:
+    """Everything a run could refuse, checked without writing: the batch plan, the epoch budget,
+    `train.best_metric` against the objective's figures, and with `resume` the run's latest
+    checkpoint against `model` (its heads added) and `tokenizer`."""
+    run_dir = Path(run_dir)
+    micro_batch_size, accumulation = batch_plan(job, world_size)
+    per_epoch = objective.batches_per_epoch // accumulation if objective.batches_per_epoch else None
+    if objective.batches_per_epoch is not None and not per_epoch:
+        raise UserError(
+            f"{objective.name}: an epoch holds {objective.batches_per_epoch} micro-batches per rank, fewer than "
+            f"the {accumulation} one update needs (train.batch_size = {job.train.batch_size})"
+        )
+    job = budget(job, per_epoch)
+    best_metric = job.train.best_metric or objective.best_metric
+    if best_metric and objective.figures and best_metric not in objective.figures:
+        raise UserError(f"train.best_metric = {best_metric!r} is not one of {objective.name}'s evaluation figures "
+                        f"({', '.join(objective.figures)})")
+    found = None
+    if resume:
+        found = run_state.latest_checkpoint(run_dir)
+        if found is None:
+            raise UserError(f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}")
+        _check_resumable(model, found, tokenizer)
+        state = run_state.load_trainer_state(found, mmap=True)
+        if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro_batch_size * world_size:
+            raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
+    return RunPlan(job, micro_batch_size, accumulation, per_epoch, best_metric, found)
+
+
 def train(
     model: RobertaModel,
     objective: Objective,
@@ -122,35 +171,26 @@ def train(
     resume: bool = False,
     placement: distributed.Placement | None = None,
     run_info: dict | None = None,
+    plan: RunPlan | None = None,
 ) -> TrainResult:
     """Train `model` (a plain module, on the CPU, with this run's initial weights) on `objective`.
 
     Everything a command could refuse (a missing or incompatible checkpoint to resume, a batch
-    plan that does not divide) is checked before anything is written to `run_dir`.
+    plan that does not divide) is checked before anything is written to `run_dir`; `plan` is
+    that check made beforehand (`plan_run`), as a command running several members does.
     """
     run_dir = Path(run_dir)
     placement = placement or distributed.setup(job.train.device)
-    micro_batch_size, accumulation = batch_plan(job, placement.world_size)
-    per_epoch = objective.batches_per_epoch // accumulation if objective.batches_per_epoch else None
-    if objective.batches_per_epoch is not None and not per_epoch:
-        raise UserError(
-            f"{objective.name}: an epoch holds {objective.batches_per_epoch} micro-batches per rank, fewer than "
-            f"the {accumulation} one update needs (train.batch_size = {job.train.batch_size})"
-        )
-    job = budget(job, per_epoch)
-    cfg = job.train
     objective.add_heads(model)
-    best_metric = cfg.best_metric or objective.best_metric
+    plan = plan or plan_run(model, objective, job, run_dir, world_size=placement.world_size, resume=resume,
+                            tokenizer=tokenizer)
+    job, micro_batch_size, accumulation, per_epoch = plan.job, plan.micro_batch_size, plan.accumulation, plan.per_epoch
+    best_metric, cfg = plan.best_metric, plan.job.train
 
     state = None
-    if resume:
-        found = run_state.latest_checkpoint(run_dir)
-        if found is None:
-            raise UserError(f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}")
-        state = run_state.load_trainer_state(found)
-        _load_model_weights(model, found, tokenizer)
-        if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro_batch_size * placement.world_size:
-            raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
+    if plan.resume_from is not None:
+        state = run_state.load_trainer_state(plan.resume_from)
+        model.load_state_dict(checkpoint.load(plan.resume_from)[0].state_dict())  # plan_run checked it fits
     model.to(placement.device)
     module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, placement)
     optimizer = build_optimizer(module, job.optim)
@@ -169,7 +209,9 @@ def train(
 
     if placement.is_main:  # validated: now the run directory may change
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(run_dir / JOB_FILE, {"job": job.to_dict(), **(run_info or {})})
+        if state is not None:  # what the run was writing when it was killed
+            run_state.remove_run_temporaries(run_dir)
+        write_json(run_dir / JOB_FILE, {"job": _job_record(job, model), **(run_info or {})})
     log = MetricsLog(run_dir, resume_step=step if state else None) if placement.is_main else None
     params = [p for p in module.parameters() if p.requires_grad]
     flops_per_token = objective.flops_per_token(model.config)
@@ -277,7 +319,7 @@ def train(
         if log:
             log.close()
     if placement.is_main:
-        _write_results(run_dir, job, objective, best)
+        _write_results(run_dir, _job_record(job, model), objective, best)
     return TrainResult(step=step, checkpoint=last_checkpoint, valid=valid, skipped_steps=scaler.skipped_steps, best=best)
 
 
@@ -296,11 +338,17 @@ def _flatten(by_set: dict[str, dict[str, float]]) -> dict[str, float]:
     return {f"{name}/{k}": v for name, figures in by_set.items() for k, v in figures.items()}
 
 
-def _write_results(run_dir: Path, job: JobConfig, objective: Objective, best: dict | None) -> None:
+def _job_record(job: JobConfig, model: RobertaModel) -> dict:
+    """The job as RUN/job.json and RUN/results.json record it: its [model] section is the model
+    actually built (a fine-tuned model's shape comes from its checkpoint, not from a preset)."""
+    return {**job.to_dict(), "model": model.config.to_dict()}
+
+
+def _write_results(run_dir: Path, job: dict, objective: Objective, best: dict | None) -> None:
     """RUN/results.json: every evaluation of the run (from metrics.jsonl), the best, the job."""
     names = set(objective.eval_sets)
     evaluations = [r for r in read_metrics(run_dir / METRICS_FILE) if r["split"] in names]
-    write_json(run_dir / RESULTS_FILE, {"task": objective.name, "best": best, "evaluations": evaluations, "job": job.to_dict()})
+    write_json(run_dir / RESULTS_FILE, {"task": objective.name, "best": best, "evaluations": evaluations, "job": job})
 
 
 def apply_update(
@@ -372,17 +420,25 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def _load_model_weights(model: RobertaModel, directory: Path, tokenizer) -> None:
-    saved, saved_tokenizer = checkpoint.load(directory)
-    if saved.config != model.config:
-        changed = [k for k, v in saved.config.to_dict().items() if model.config.to_dict()[k] != v]
+def _check_resumable(model: RobertaModel, directory: Path, tokenizer) -> None:
+    """The checkpoint to resume holds this job's model: the same config, the same heads (names,
+    kinds, shapes, labels) and the same tokenizer; read from its config.json, no weights loaded."""
+    config, heads, fingerprint = checkpoint.read_config(directory)
+    if config != model.config:
+        changed = [k for k, v in config.to_dict().items() if model.config.to_dict()[k] != v]
         raise UserError(
             f"--resume: {directory} holds a model with other {', '.join(changed)} than this job's "
             "(resume with the job the run was started with)"
         )
-    if tokenizer is not None and saved_tokenizer is not None and saved_tokenizer.fingerprint() != tokenizer.fingerprint():
+    wanted = checkpoint.head_shapes(model)
+    if heads != wanted:
+        def describe(specs: dict) -> str:
+            return ", ".join(f"{name} ({spec.get('num_classes', spec['kind'])})" for name, spec in specs.items()) or "none"
+        raise UserError(f"--resume: {directory} holds the heads {describe(heads)}, this job trains {describe(wanted)} "
+                        "(resume with the task and head the run was started with)")
+    if tokenizer is not None and fingerprint is not None and fingerprint != tokenizer.fingerprint():
         raise UserError(f"--resume: {directory} was trained with another tokenizer than this job's data")
-    model.load_state_dict(saved.state_dict())
+
 
 
 def _optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, parallel: str) -> dict:
@@ -416,4 +472,5 @@ def _full_model(module: nn.Module, model: RobertaModel, objective: Objective, pa
         objective.add_heads(plain)
     if torch.distributed.get_rank() == 0:
         plain.load_state_dict(full)
-    return plain
+    # A body read without a masked-LM head keeps saying so: its stand-in head is not a trained one.
+    return checkpoint.mark_without_lm_head(plain, checkpoint.without_lm_head(model))

@@ -1,0 +1,54 @@
+"""The layering drawn in docs/architecture.md, checked against every import in src/."""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Module (or package) -> layer, as docs/architecture.md draws them.
+LAYERS = {
+    "roberta.errors": 0, "roberta.io": 0, "roberta.config": 0, "roberta.text_input": 0,
+    "roberta.model": 1, "roberta.padding": 1, "roberta.tokenizer": 1,
+    "roberta.checkpoint": 2, "roberta.data": 2, "roberta.int8": 2,
+    "roberta.convert": 3,
+    "roberta.train": 4,
+    "roberta.tasks": 5,
+    "roberta.hub": 6, "roberta.infer": 6, "roberta.demo": 6,
+    "roberta.cli": 7,
+}
+def layer_of(module: str) -> int | None:
+    for prefix, layer in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return None  # the package root `roberta` (lazy re-exports)
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("roberta")}
+
+
+def test_every_import_points_down_or_sideways():
+    upward = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        own = layer_of(module)
+        if own is None:
+            continue
+        for target in imports(path):
+            theirs = layer_of(target)
+            if theirs is not None and theirs > own:
+                upward.append(f"{module} (layer {own}) imports {target} (layer {theirs})")
+    assert not upward, "\n".join(upward)
+
+
+def test_every_module_has_a_layer():
+    modules = {".".join(p.relative_to(SRC).with_suffix("").parts) for p in SRC.rglob("*.py")}
+    unplaced = {m for m in modules if m not in ("roberta.__init__",) and layer_of(m.removesuffix(".__init__")) is None}
+    assert not unplaced
