@@ -152,11 +152,16 @@ def _read_merges(path: Path, data: bytes, vocab: dict[str, int]) -> list[tuple[s
         parts = line.split(" ")
         if len(parts) != 2 or not all(parts):
             raise UserError(f"{path}:{number}: expected 'left right' (two tokens separated by one space), got {line!r}")
-        for token in (*parts, parts[0] + parts[1]):
-            if token not in vocab:
-                raise UserError(f"{path}:{number}: token {token!r} is not in the vocabulary")
-        merges.append((parts[0], parts[1]))
+        merges.append(_merge(parts, vocab, f"{path}:{number}", "the vocabulary"))
     return merges
+
+
+def _merge(pair: list[str], vocab: dict[str, int], where: str, vocabulary: str) -> tuple[str, str]:
+    """A merge whose two tokens and the token they make are all in `vocab`, or a UserError."""
+    for token in (*pair, pair[0] + pair[1]):
+        if token not in vocab:
+            raise UserError(f"{where}: token {token!r} is not in {vocabulary}")
+    return pair[0], pair[1]
 
 
 def _read_fairseq_dict(path: Path, data: bytes) -> list[str]:
@@ -254,10 +259,7 @@ def _tokenizer_json_merges(path: Path, model: dict, vocab: dict[str, int]) -> li
         pair = merge.split(" ") if isinstance(merge, str) else merge
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) and t for t in pair)):
             raise UserError(f"{path}: model.merges[{number}] is {merge!r}, expected two tokens")
-        for token in (*pair, pair[0] + pair[1]):
-            if token not in vocab:
-                raise UserError(f"{path}: model.merges[{number}]: token {token!r} is not in model.vocab")
-        pairs.append((pair[0], pair[1]))
+        pairs.append(_merge(pair, vocab, f"{path}: model.merges[{number}]", "model.vocab"))
     return pairs
 
 
@@ -316,6 +318,11 @@ def _tiktoken_ranks(merges: list[tuple[str, str]], vocab: dict[str, int]) -> tup
 
 
 # ---------------------------------------------------------------- the tokenizer
+
+
+def _role_id(role: str) -> property:
+    """The id of a special token's role (bos, pad, eos, unk, mask) as a read-only attribute."""
+    return property(lambda self: self._roles[role], doc=f"The id of the {role} token.")
 
 
 class Tokenizer:
@@ -483,25 +490,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return len(self._tokens)
 
-    @property
-    def bos_id(self) -> int:
-        return self._roles["bos"]
-
-    @property
-    def pad_id(self) -> int:
-        return self._roles["pad"]
-
-    @property
-    def eos_id(self) -> int:
-        return self._roles["eos"]
-
-    @property
-    def unk_id(self) -> int:
-        return self._roles["unk"]
-
-    @property
-    def mask_id(self) -> int:
-        return self._roles["mask"]
+    bos_id = _role_id("bos")
+    pad_id = _role_id("pad")
+    eos_id = _role_id("eos")
+    unk_id = _role_id("unk")
+    mask_id = _role_id("mask")
 
     @property
     def engine(self) -> str:

@@ -194,17 +194,8 @@ def prepare(
     invalid UTF-8 instead of failing.
     """
     out_dir = Path(out_dir)
-    if errors not in ("strict", "replace"):
-        raise UserError(f"--errors must be 'strict' or 'replace', not {errors!r}")
-    if not 0.0 <= valid_fraction < 1.0:
-        raise UserError(f"--valid-fraction must be in [0, 1), not {valid_fraction}")
     workers = (os.cpu_count() or 1) if workers is None else workers
-    if workers < 1 or chunk_bytes < 1 or shard_bytes < 1:
-        raise UserError("--workers, chunk and shard sizes must be positive")
-    if out_dir.exists() and not overwrite:
-        raise UserError(f"{out_dir}: already exists (pass --overwrite to replace it)")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: exists and is not a directory (--overwrite replaces a corpus directory only)")
+    _check_options(out_dir, errors, valid_fraction, workers, chunk_bytes, shard_bytes, overwrite)
     files = expand_inputs(inputs)
     options = InputOptions(line_is_document=line_is_document, text_field=text_field, errors=errors)
 
@@ -232,6 +223,20 @@ def prepare(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return out_dir
+
+
+def _check_options(out_dir: Path, errors: str, valid_fraction: float, workers: int, chunk_bytes: int,
+                   shard_bytes: int, overwrite: bool) -> None:
+    if errors not in ("strict", "replace"):
+        raise UserError(f"--errors must be 'strict' or 'replace', not {errors!r}")
+    if not 0.0 <= valid_fraction < 1.0:
+        raise UserError(f"--valid-fraction must be in [0, 1), not {valid_fraction}")
+    if workers < 1 or chunk_bytes < 1 or shard_bytes < 1:
+        raise UserError("--workers, chunk and shard sizes must be positive")
+    if out_dir.exists() and not overwrite:
+        raise UserError(f"{out_dir}: already exists (pass --overwrite to replace it)")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: exists and is not a directory (--overwrite replaces a corpus directory only)")
 
 
 def _tokenizer_record(tokenizer) -> dict:
