@@ -1,9 +1,10 @@
 """Every side-by-side benchmark, then one table between markers at the top of RESULTS.md and the
 run's own file under benchmarks/results/.
 
-    .venv/bin/python benchmarks/bench.py            # `make bench`: <= 15 minutes on a quiet 2-core CPU
-    .venv/bin/python benchmarks/bench.py --full     # `make bench-full`: + base@512, base-shape fine-tuning, larger sizes
-    .venv/bin/python benchmarks/bench.py --smoke    # every row at minimal sizes; writes under runs/bench/ only
+    .venv/bin/python benchmarks/bench.py          # `make bench`: <= 15 minutes on a quiet 2-core CPU
+    .venv/bin/python benchmarks/bench.py --full   # `make bench-full`: + base@512, base-shape fine-tuning,
+                                                  # larger sizes
+    .venv/bin/python benchmarks/bench.py --smoke  # every row at minimal sizes; writes under runs/bench/ only
 
 Runs, each in its own process, at the sizes of the chosen plan (PLANS below): pretrain_step.py,
 finetune_throughput.py, and the existing prepare_throughput.py, tokenizer_speed.py and
@@ -227,8 +228,8 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
     p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="logs, caches, scratch (default runs/bench)")
     p.add_argument("--results", type=Path,
-                   help="file whose marked table is rewritten (default benchmarks/RESULTS.md; --smoke: a copy in --work); "
-                        "the run's own file goes to results/ beside it")
+                   help="file whose marked table is rewritten (default benchmarks/RESULTS.md; --smoke: a copy in "
+                        "--work); the run's own file goes to results/ beside it")
     args = p.parse_args()
     plan = "smoke" if args.smoke else "full" if args.full else "bench"
     args.work.mkdir(parents=True, exist_ok=True)
@@ -238,7 +239,7 @@ def main() -> None:
     results = args.results or harness.RESULTS
 
     started = time.perf_counter()
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     date = now.strftime("%Y-%m-%d %H:%M UTC")
     peak = harness.peak_matmul_flops(args.threads)
     print(f"fp32 matmul peak at {args.threads} threads: {peak / 1e9:.1f} GFLOP/s", flush=True)
@@ -252,8 +253,8 @@ def main() -> None:
     block = (
         f"## Side by side: ours vs HF transformers and plain encoders (`{command}`)\n\n"
         f"Measured {date} by `{command}` in {harness.elapsed(started)}: {harness.machine()}; "
-        f"{harness.versions()}; threads per side: {args.threads}; large tensors on huge pages for both sides: "
-        f"{'yes' if harness.thread_env(args.threads)['THP_MEM_ALLOC_ENABLE'] == '1' else 'no'} "
+        f"{harness.versions()}; threads per side: {args.threads}; large tensors on huge pages for both "
+        f"sides: {'yes' if harness.thread_env(args.threads)['THP_MEM_ALLOC_ENABLE'] == '1' else 'no'} "
         f"(THP_MEM_ALLOC_ENABLE); fp32 matmul peak {peak / 1e9:.1f} GFLOP/s "
         f"(2048 x 2048, best of 3). Each figure: median over slices (min–max); the ratio is the median of "
         f"the per-slice ratios.\n\n"

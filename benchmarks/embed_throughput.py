@@ -42,8 +42,8 @@ import torch.nn.functional as F
 import transformers
 
 from roberta import Roberta, RobertaConfig, RobertaModel
+from roberta.batching import length_batches
 from roberta.convert import export_hf
-from roberta.hub import length_batches
 from roberta.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,8 @@ def hf_batched(model, tokenizer, texts: list[str], batch_size: int) -> torch.Ten
 
 
 def sorted_batches(tokenizer, texts: list[str], batch_size: int) -> Iterator[tuple[list[int], dict]]:
-    """(input positions, padded batch) over the texts tokenized once, longest first, `batch_size` at a time."""
+    """(input positions, padded batch) over the texts tokenized once, longest first, `batch_size` at a
+    time."""
     ids = tokenizer(texts, truncation=True, max_length=512)["input_ids"]
     order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
     for start in range(0, len(order), batch_size):
@@ -132,7 +133,8 @@ def onnx_sessions(hf_dir: Path, tokenizer, config: RobertaConfig, threads: int) 
                           dynamic_axes=dict.fromkeys(("input_ids", "attention_mask", "last_hidden_state"), dynamic),
                           opset_version=17)
     fused = optimize_model(str(exported), model_type="bert", num_heads=config.num_heads, hidden_size=config.hidden_size)
-    print(f"ONNX export + ORT optimizer: {({k: v for k, v in fused.get_fused_operator_statistics().items() if v})}")
+    print("ONNX export + ORT optimizer: "
+          f"{({k: v for k, v in fused.get_fused_operator_statistics().items() if v})}")
     fused.save_model_to_file(str(optimized))
     # The fused ops come from ORT's own domain, which ONNX shape inference cannot type: float is their type.
     quantize_dynamic(optimized, quantized, weight_type=QuantType.QInt8,
@@ -216,7 +218,8 @@ def main() -> None:
     reference = ours(hub, warm)
     for name, run in systems.items():
         vectors = run(warm)
-        print(f"{name}: on the warm-up texts, max |difference| from ours {(vectors - reference).abs().max():.2e}, "
+        print(f"{name}: on the warm-up texts, max |difference| from ours "
+              f"{(vectors - reference).abs().max():.2e}, "
               f"cosine min {F.cosine_similarity(vectors, reference, dim=-1).min():.5f}", flush=True)
 
     n = len(texts)
@@ -238,7 +241,8 @@ def main() -> None:
         print(f"slice {k + 1}/{args.slices}: " + ", ".join(f"{m} {r:.2f}/s" for m, r in rates.items()), flush=True)
 
     print(f"\n{n} paragraphs, {sum(lengths)} tokens (mean {sum(lengths) / n:.1f}, max {max(lengths)}), "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, transformers {transformers.__version__}")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"transformers {transformers.__version__}")
     batchings = {"ours": lambda part: length_batches(part, args.batch_tokens),
                  f"hf-b{sizes[0]}": lambda part: in_batches(list(range(len(part))), sizes[0]),
                  f"hf-sorted-b{sort_size}": lambda part: in_batches(sorted(range(len(part)), key=lambda i: -part[i]), sort_size)}
@@ -246,12 +250,14 @@ def main() -> None:
         f"{name} {padding(lengths, cuts, batches):.2f}x" for name, batches in batchings.items())
           + " (ours: in attention only; its matrix products compute the real tokens alone)")
     for name in systems:
-        print(f"{name:14s} {n / seconds[name]:7.2f} sentences/s  {sum(lengths) / seconds[name]:7.0f} tokens/s  ({seconds[name]:.1f} s)")
+        print(f"{name:14s} {n / seconds[name]:7.2f} sentences/s  {sum(lengths) / seconds[name]:7.0f} tokens/s  "
+              f"({seconds[name]:.1f} s)")
     hf = [name for name in systems if name.startswith(HF_SYSTEMS)]
     if hf:
         best_hf = max(hf, key=lambda m: n / seconds[m])
         # The line bench.py reads for its table row.
-        print(f"ours / best HF ({best_hf}): {ratio(seconds, per_slice, 'ours', best_hf)} [goal >= {GOAL_VS_HF}x]")
+        print(f"ours / best HF ({best_hf}): {ratio(seconds, per_slice, 'ours', best_hf)} "
+              f"[goal >= {GOAL_VS_HF}x]")
     for a, b in (("ours", "ort-fp32"), ("ours-int8", "ort-int8"), ("ours-int8", "ours")):
         if a in systems and b in systems:
             print(f"{a} / {b}: {ratio(seconds, per_slice, a, b)}" + (" [goal >= 1x]" if b.startswith("ort") else ""))

@@ -73,7 +73,8 @@ class Setup:
 
 
 def tasks(sizes: str) -> list[Task]:
-    """Tasks from "TASK=N[:B],...": N training examples (SQuAD: questions), batch B (default: the recipe's)."""
+    """Tasks from "TASK=N[:B],...": N training examples (SQuAD: questions), batch B (default: the
+    recipe's)."""
     from roberta.tasks.glue import get_task
     from roberta.tasks.squad import SQUAD_BATCH, SQUAD_LR
 
@@ -128,7 +129,7 @@ def glue_setup(task: Task, data: Path, work: Path) -> Setup:
 
 
 def squad_setup(task: Task, data: Path, work: Path) -> Setup:
-    from roberta.tasks.squad import make_windows, read_squad
+    from roberta.tasks.squad_data import make_windows, read_squad
     from roberta.tokenizer import load_tokenizer
 
     out = work / "SQuAD"
@@ -264,8 +265,8 @@ def compare(setup: Setup, ours: Path, hf: Path, config: RobertaConfig, args: arg
     task = setup.task
     baselines = [HF_DEFAULT] if task.squad else [HF_DEFAULT, HF_GROUPED]
     mean_length = statistics.mean(setup.lengths)
-    print(f"{task.name}: {task.examples} examples, {len(setup.lengths)} sequences of {mean_length:.0f} tokens on "
-          f"average (max {max(setup.lengths)}), batch {task.batch}", flush=True)
+    print(f"{task.name}: {task.examples} examples, {len(setup.lengths)} sequences of {mean_length:.0f} "
+          f"tokens on average (max {max(setup.lengths)}), batch {task.batch}", flush=True)
     sides = Sides(setup, ours, hf, args.work, args.threads)
     runs = {"ours": sides.ours_run, **{name: (lambda n=name: sides.hf_run(n)) for name in baselines}}
     rates = harness.alternate(runs, args.repeats)
@@ -292,7 +293,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--examples", default="SST-2=512,RTE=128,SQuAD=64",
                    help="TASK=N[:B],...: N training examples per run (SQuAD: questions), batch B (default: the "
-                        "task's recipe: SST-2 32, RTE 16, SQuAD 48); tasks SST-2, RTE, SQuAD (default SST-2=512,RTE=128,SQuAD=64)")
+                        "task's recipe: SST-2 32, RTE 16, SQuAD 48); tasks SST-2, RTE, SQuAD "
+                        "(default SST-2=512,RTE=128,SQuAD=64)")
     p.add_argument("--shape", default="tiny", help="model: PRESET[:LAYERSxWIDTH], e.g. tiny, base, tiny:2x128 (default tiny)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--threads", type=int, default=2)

@@ -11,7 +11,8 @@ evaluation by the task's first metric, as `roberta finetune` picks RUN/best/. Wr
 WORK/glue_quality.json (every run, every evaluation) and WORK/glue_quality.md (median and seeds).
 A variant whose runs are already complete in WORK is read back, not run again.
 
-    .venv/bin/python benchmarks/glue_quality.py --pretrained ckpt --work /tmp/quality --epochs 1 --steps SST-2=800
+    .venv/bin/python benchmarks/glue_quality.py --pretrained ckpt --work /tmp/quality --epochs 1 \
+        --steps SST-2=800
 """
 
 from __future__ import annotations

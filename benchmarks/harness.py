@@ -226,8 +226,9 @@ def versions() -> str:
 
 def format_table(rows: Sequence[Row]) -> str:
     lines = [
-        "| measurement | unit | ours: median (range) | baseline: median (range) | ours / baseline (per-slice range) "
-        "| goal | peak RSS MB ours / baseline | MFU ours / baseline | goal met |",
+        "| measurement | unit | ours: median (range) | baseline: median (range) "
+        "| ours / baseline (per-slice range) | goal | peak RSS MB ours / baseline "
+        "| MFU ours / baseline | goal met |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:

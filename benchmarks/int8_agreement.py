@@ -64,7 +64,8 @@ def main() -> None:
     int8_logits, int8_vectors, int8_metrics = measure()
 
     print(f"{task.name} dev: {len(examples)} examples of {args.dev}, head {head!r} of {args.checkpoint}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, engine {torch.backends.quantized.engine}")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"engine {torch.backends.quantized.engine}")
     for name in task.metrics:
         points = 100 * (int8_metrics[name] - fp32_metrics[name])
         verdict = "met" if abs(points) <= GOAL_POINTS else "NOT met"

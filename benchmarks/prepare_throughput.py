@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -39,7 +38,8 @@ def run_prepare_in_fresh_process(inputs: list[Path], out: Path, workers: int) ->
         "import json, resource, sys, time\n"
         "from roberta.data.prepare import prepare\n"
         "t = time.perf_counter()\n"
-        f"prepare({[str(p) for p in inputs]!r}, {str(BPE)!r}, {str(out)!r}, workers={workers}, valid_fraction=0.0, progress=False)\n"
+        f"prepare({[str(p) for p in inputs]!r}, {str(BPE)!r}, {str(out)!r}, workers={workers}, "
+        "valid_fraction=0.0, progress=False)\n"
         "wall = time.perf_counter() - t\n"
         "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report the
@@ -153,7 +153,8 @@ def main() -> None:
     for name, _, _, s in rows:
         if "cpu_main" in s:
             print(f"{name}: main process {s['cpu_main']:.1f} CPU-s of {s['cpu']:.1f}")
-    print("| run | procs/threads | input MB | wall s | MB/s | MB per CPU-s | peak RSS main / worker MB | ids equal to prepare |")
+    print("| run | procs/threads | input MB | wall s | MB/s | MB per CPU-s | peak RSS main / worker MB "
+          "| ids equal to prepare |")
     print("|---|---|---|---|---|---|---|---|")
     for name, procs, size_mb, s in rows:
         rss = f"{s['rss_main_mb']:.0f} / {s['rss_worker_mb']:.0f}" if "rss_main_mb" in s else "—"

@@ -22,7 +22,7 @@ the two cores.
     .venv/bin/python benchmarks/time_to_quality.py --minutes 20                    # the tiny preset
     .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8   # what a CPU can train
     .venv/bin/python benchmarks/time_to_quality.py --shape tiny:2x128 --batch 8 --lr 1.5e-3 --init-std 0.05 \
-        --position-init sinusoidal --dropout 0 --mask-prob 0.4                   # configs/pretrain-cpu-20min.toml
+        --position-init sinusoidal --dropout 0 --mask-prob 0.4  # configs/pretrain-cpu-20min.toml
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
 
 
 def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:
-    """As `roberta pretrain` computes them: the real tokens only, the last layer and the LM head at the masked positions."""
+    """As `roberta pretrain` computes them: the real tokens only, the last layer and the LM head at the
+    masked positions."""
     return model.lm_logits(model(batch["tokens"], select=batch["labels"].ne(IGNORE_INDEX), unpad=True).last_hidden_state)
 
 
@@ -244,8 +245,8 @@ def main() -> None:
             train_slice(c, args.slice, budget, args.lr, schedule, args.short_fraction * budget, clock)
             loss, acc = evaluate(c, valid)
             c.history.append({"seconds": c.seconds, "step": c.step, "tokens": c.tokens, "loss": loss, "accuracy": acc})
-            print(f"{c.name:>16}: {c.seconds / 60:5.1f} min, step {c.step:5d}, {c.tokens / c.seconds:6.0f} tok/s, "
-                  f"valid loss {loss:.3f}, masked-token accuracy {acc:.2%}", flush=True)
+            print(f"{c.name:>16}: {c.seconds / 60:5.1f} min, step {c.step:5d}, "
+                  f"{c.tokens / c.seconds:6.0f} tok/s, valid loss {loss:.3f}, masked-token accuracy {acc:.2%}", flush=True)
 
     args.out.mkdir(parents=True, exist_ok=True)
     result = {

@@ -70,7 +70,8 @@ def main() -> None:
     reference = next(iter(results.values()))[2]
     assert all(np.array_equal(ids, reference) for _, _, ids in results.values()), "engines disagree"
 
-    print(f"{megabytes:.1f} MB, {len(lines)} lines, {len(reference)} tokens, {threads} threads, best of {options.repeats}")
+    print(f"{megabytes:.1f} MB, {len(lines)} lines, {len(reference)} tokens, {threads} threads, "
+          f"best of {options.repeats}")
     print("| engine | wall s | MB/s wall | CPU s | MB/s per CPU-second |")
     print("|---|---|---|---|---|")
     for name, (wall, cpu, _) in results.items():

@@ -1,6 +1,5 @@
 """The model's own properties, independent of any foreign implementation."""
 
-import dataclasses
 import math
 
 import pytest
@@ -199,7 +198,7 @@ def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the
     assert unpadded[2].keys() == padded[2].keys()
     for name, grad in padded[2].items():
         scale = grad.abs().max().item()  # rounding grows with it; the sums are orders apart in size
-        torch.testing.assert_close(unpadded[2][name], grad, atol=1e-6 * scale, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(unpadded[2][name], grad, atol=1e-6 * scale, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
     assert torch.equal(unpadded[3], padded[3])
     torch.manual_seed(2)
     unpadded_only = model(tokens[:1], unpad=True).last_hidden_state  # no padding: the plain forward

@@ -25,8 +25,14 @@ from roberta.convert.fairseq import load_pickle
 from roberta.tokenizer import Tokenizer, load_tokenizer
 
 # A heavy chain (VH) and a light chain (VL) variable region, as sapiens' examples give them.
-VH = "QVQLVQSGVEVKKPGASVKVSCKASGYTFTNYYMYWVRQAPGQGLEWMGGINPSNGGTNFNEKFKNRVTLTTDSSTTTAYMELKSLQFDDTAVYYCARRDYRFDMGFDYWGQGTTVTVSS"
-VL = "DIQMTQSPSSLSASVGDRVTITCRASQSISSYLNWYQQKPGKAPKLLIYAASSLQSGVPSRFSGSGSGTDFTLTISSLQPEDFATYYCQQSYSTPLTFGQGTKVEIK"
+VH = (
+    "QVQLVQSGVEVKKPGASVKVSCKASGYTFTNYYMYWVRQAPGQGLEWMGGINPSNGGTNFNEKF"
+    "KNRVTLTTDSSTTTAYMELKSLQFDDTAVYYCARRDYRFDMGFDYWGQGTTVTVSS"
+)
+VL = (
+    "DIQMTQSPSSLSASVGDRVTITCRASQSISSYLNWYQQKPGKAPKLLIYAASSLQSGVPSRFSG"
+    "SGSGTDFTLTISSLQPEDFATYYCQQSYSTPLTFGQGTKVEIK"
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -171,11 +177,13 @@ def test_sapiens_fine_tunes_a_classifier_through_the_cli_and_a_killed_run_resume
     # Made-up task: is a piece of sequence from a heavy or a light chain?
     rows = [(VH[i:i + 60], "heavy") for i in range(0, 40, 8)] + [(VL[i:i + 60], "light") for i in range(0, 40, 8)]
     (tmp_path / "train.csv").write_text("sequence,chain\n" + "".join(f"{s},{y}\n" for s, y in rows))
-    args = lambda out: [
-        "finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"),
-        "--text-column", "sequence", "--label-column", "chain", "--init", str(sapiens / "checkpoint_vh.pt"),
-        "--out", str(tmp_path / out), "--batch-size", "4", "--train.max_steps=4", "--train.eval_every=2",
-        "--train.checkpoint_every=2"]
+    def args(out: str) -> list[str]:
+        return [
+            "finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"),
+            "--text-column", "sequence", "--label-column", "chain", "--init", str(sapiens / "checkpoint_vh.pt"),
+            "--out", str(tmp_path / out), "--batch-size", "4", "--train.max_steps=4", "--train.eval_every=2",
+            "--train.checkpoint_every=2"]
+
     assert cli.main(args("whole")) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ROBERTA_FAULT": "step-3:micro-batch-0"}
     killed = subprocess.run([sys.executable, "-m", "roberta.cli", *args("killed")], env=env, capture_output=True, text=True,
@@ -266,7 +274,10 @@ def test_checkpoint_without_lm_head_is_never_given_a_random_one(tmp_path, capsys
     capsys.readouterr()  # transformers' progress bar while saving
     assert cli.main(["fill-mask", str(src), "AC<mask>D"]) == 2
     err = capsys.readouterr().err
-    assert err == f"roberta: error: {src}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); fill-mask needs a checkpoint with one\n"
+    assert err == (
+        f"roberta: error: {src}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); "
+        "fill-mask needs a checkpoint with one\n"
+    )
     # Ours keeps the mark (and no LM head tensors); features still work.
     assert cli.main(["convert", str(src), str(tmp_path / "ours")]) == 0
     assert json.loads((tmp_path / "ours" / "config.json").read_text())["lm_head"] is False

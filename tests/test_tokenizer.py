@@ -175,7 +175,8 @@ def independent_gpt2_ids(shared_data: Path):
 
 
 def corpus_lines(shared_data: Path) -> list[list[str]]:
-    """Every line (split at \\n only, so CRs stay in) of WikiText-2 raw test and the books+wiki corpus, by file."""
+    """Every line (split at \\n only, so CRs stay in) of WikiText-2 raw test and the books+wiki corpus, by
+    file."""
     files = [shared_data / "wikitext-2-raw" / "wiki.test.raw", *sorted((shared_data / "corpus").glob("*/*.txt"))]
     assert len(files) == 1 + 146 + 29
     return [f.read_bytes().decode("utf-8").split("\n") for f in files]
@@ -232,7 +233,7 @@ def test_save_and_load_keep_layout_and_ids(gpt2, hf, tmp_path):
         assert again.encode("Hello world!") == [0, 31414, 232, 328, 2]
 
 
-# ---------------------------------------------------------------- the tiktoken fast path and when it is refused
+# -------------------------------------------------------------- the tiktoken fast path and when it is refused
 
 
 def write_bpe(folder: Path, vocab: list[str], merges: list[str]) -> Path:

@@ -72,7 +72,8 @@ def main() -> None:
         seconds = [s for r in results for s in r["seconds"]]
         print(f"{side:>11}: s per step {harness.Spread.of(seconds)}; page faults per step "
               f"{statistics.median(r['faults'] for r in results):,.0f}; CPU s per step user "
-              f"{statistics.median(r['user'] for r in results):.2f}, system {statistics.median(r['system'] for r in results):.2f}")
+              f"{statistics.median(r['user'] for r in results):.2f}, system "
+              f"{statistics.median(r['system'] for r in results):.2f}")
     on, off = ([s for r in runs[side] for s in r["seconds"]] for side in SIDES)
     print(f"4 KB / huge, median step time: {statistics.median(off) / statistics.median(on):.3f}")
     print("losses equal:", all(r["losses"] == runs["4 KB pages"][0]["losses"] for rs in runs.values() for r in rs))

@@ -15,7 +15,8 @@
             everywhere` (`last_layer_masked_only=False`, as before), `chunked LM
             loss`, the LM projection and the loss in one pass over row chunks (`ChunkedLMLoss`
             below: logits, loss, argmax and the gradient of the logits formed chunk by chunk, the
-            two products of the backward left to it; not adopted: see benchmarks/experiments/chunked-lm-head.md). (A side with
+            two products of the backward left to it; not adopted: see
+            benchmarks/experiments/chunked-lm-head.md). (A side with
             torch's dropout masks against 15-bit "fast" ones decided experiments/dropout-masks.md;
             the fast masks were removed since.)
             `--preset recipe`: the step of configs/pretrain-cpu-20min.toml instead (2 x 128, the
@@ -32,8 +33,8 @@ the same weights and seed (dropout on) and reports the largest relative differen
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/experiments/step_variants.py finetune --threads 1 --check 20
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/experiments/step_variants.py pretrain --threads 1 --check 20
-    .venv/bin/python benchmarks/experiments/step_variants.py pretrain --preset base --threads 2 --batches 1 --slices 6 \
-        --sides "mlm_loss,padded"
+    .venv/bin/python benchmarks/experiments/step_variants.py pretrain --preset base --threads 2 --batches 1 \
+        --slices 6 --sides "mlm_loss,padded"
 """
 
 from __future__ import annotations
@@ -260,8 +261,8 @@ def main() -> None:
             sides = {name: sides[name] for name in args.sides.split(",")}
     shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches[:8]) + (", ..." if len(batches) > 8 else "")
     real = sum(int(b["tokens"].ne(1).sum()) for b in batches) / sum(len(b["tokens"]) for b in batches)
-    print(f"{args.task}: batches {shapes} (mean {real:.0f} real tokens per sequence); {args.threads} thread(s); "
-          f"{harness.machine()}; {harness.versions()}", flush=True)
+    print(f"{args.task}: batches {shapes} (mean {real:.0f} real tokens per sequence); "
+          f"{args.threads} thread(s); {harness.machine()}; {harness.versions()}", flush=True)
     if args.check:
         check(make_model, objective, sides, batches, optim, args.check)
     model = make_model()
@@ -286,7 +287,8 @@ def main() -> None:
     cpu = harness.alternate({name: lambda n=name: run(n) for name in steppers}, args.slices)
     first, *others = steppers
     for name in steppers:
-        print(f"{name:>16}: CPU s per slice {harness.Spread.of(cpu[name])}, wall s {harness.Spread.of(wall[name])}")
+        print(f"{name:>16}: CPU s per slice {harness.Spread.of(cpu[name])}, "
+              f"wall s {harness.Spread.of(wall[name])}")
     for name in others:
         for clock, times in (("CPU", cpu), ("wall", wall)):
             ratios = [a / b for a, b in zip(times[first], times[name])]

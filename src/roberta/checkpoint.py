@@ -41,7 +41,8 @@ def without_lm_head(model: RobertaModel) -> str | None:
 
 
 def mark_without_lm_head(model: RobertaModel, source: str | None) -> RobertaModel:
-    """Record that `model` has no trained masked-LM head (`source` says whence), or with None that it has one."""
+    """Record that `model` has no trained masked-LM head (`source` says whence), or with None that it has
+    one."""
     setattr(model, _NO_LM_HEAD, source)
     return model
 
@@ -60,7 +61,8 @@ def head_shapes(model: RobertaModel) -> dict[str, dict]:
     for name, head in model.heads.items():
         if not hasattr(head, "spec"):
             raise UserError(
-                f"head {name!r} is a {type(head).__name__}; checkpoints hold ClassificationHead and SpanHead heads"
+                f"head {name!r} is a {type(head).__name__}; "
+                "checkpoints hold ClassificationHead and SpanHead heads"
             )
         shapes[name] = head.spec()
     return shapes
@@ -110,7 +112,8 @@ def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: st
     for key, tensor in state.items():
         if tensor.shape != expected[key].shape:
             raise UserError(
-                f"{source}: key {key!r} has shape {list(tensor.shape)}, the config expects {list(expected[key].shape)}"
+                f"{source}: key {key!r} has shape {list(tensor.shape)}, "
+                f"the config expects {list(expected[key].shape)}"
             )
         if not tensor.is_floating_point():
             raise UserError(f"{source}: key {key!r} has dtype {tensor.dtype}, expected a floating-point tensor")
@@ -175,7 +178,8 @@ def is_checkpoint(directory: str | Path) -> bool:
 
 
 def read_config(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict], str | None]:
-    """config.json → (model config, head specs, the fingerprint of the tokenizer it was saved with or None)."""
+    """config.json → (model config, head specs, the fingerprint of the tokenizer it was saved with or
+    None)."""
     config, heads, fingerprint, _ = _read_meta(directory)
     return config, heads, fingerprint
 
@@ -204,9 +208,10 @@ def check_fingerprint(tokenizer, recorded: str | None, directory: Path) -> None:
     """Refuse tokenizer files that are not the ones the checkpoint was saved with (same size or not)."""
     if recorded is not None and tokenizer.fingerprint() != recorded:
         raise UserError(
-            f"{directory / CONFIG_FILE}: field 'tokenizer.fingerprint' is {recorded[:12]}..., but the tokenizer "
-            f"files in {directory} have fingerprint {tokenizer.fingerprint()[:12]}...: they were replaced or "
-            "edited after the model was saved (put back the tokenizer it was trained with)"
+            f"{directory / CONFIG_FILE}: field 'tokenizer.fingerprint' is {recorded[:12]}..., "
+            f"but the tokenizer files in {directory} have fingerprint {tokenizer.fingerprint()[:12]}...: "
+            "they were replaced or edited after the model was saved "
+            "(put back the tokenizer it was trained with)"
         )
 
 

@@ -11,8 +11,8 @@
 
 Why so small: on a CPU the budget is a few TFLOPs, and a post-LN encoder first sits on the
 unigram plateau (it predicts the commonest token everywhere) until its attention starts to use
-context. The recipe is the best of a measured search (benchmarks/experiments/recipe-search.md, "A recipe for 20 CPU
-minutes"). The model is a toy; the pipeline is the real one.
+context. The recipe is the best of a measured search (benchmarks/experiments/recipe-search.md, "A
+recipe for 20 CPU minutes"). The model is a toy; the pipeline is the real one.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int | None = No
     """The five stages; `steps` shortens the recipe (its schedule is scaled to fit)."""
     from roberta.data.prepare import prepare
     from roberta.hub import load
-    from roberta.tokenizer import train_tokenizer
     from roberta.tasks.pretrain import load_pretrain_job, pretrain
+    from roberta.tokenizer import train_tokenizer
 
     started = time.perf_counter()
     out = Path(out)

@@ -69,7 +69,8 @@ def embedding_agreement(fp32: torch.Tensor, int8: torch.Tensor) -> str:
 
 
 def prediction_agreement(fp32: torch.Tensor, int8: torch.Tensor) -> str:
-    """Share of rows whose top-1 class (or token) is the same, and the largest logit difference, [N, C] each."""
+    """Share of rows whose top-1 class (or token) is the same, and the largest logit difference, [N, C]
+    each."""
     difference = f"max |logit difference| {(fp32.float() - int8.float()).abs().max():.3g}"
     if fp32.size(-1) == 1:  # a regression head: one score, no ranking
         return difference

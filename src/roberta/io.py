@@ -14,9 +14,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import BinaryIO
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from roberta.errors import UserError
 

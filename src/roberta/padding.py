@@ -47,7 +47,8 @@ class Selected(NamedTuple):
 
     @classmethod
     def of(cls, mask: torch.Tensor, unpadded: Unpadded | None, slots: int | None = None) -> Selected:
-        """`slots`: the most positions one sequence selects, if known (counting them syncs with the device)."""
+        """`slots`: the most positions one sequence selects, if known (counting them syncs with the
+        device)."""
         length = mask.size(1)
         flat = mask.flatten().nonzero().squeeze(1)
         batch, position = flat.div(length, rounding_mode="floor"), flat.remainder(length)

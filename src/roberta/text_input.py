@@ -1,4 +1,5 @@
-"""Reading raw text, as `prepare` and `train-tokenizer` both do: files cut into chunks of whole documents, and chunks into sentences.
+"""Reading raw text, as `prepare` and `train-tokenizer` both do: files cut into chunks of whole
+documents, and chunks into sentences.
 
 Input files are plain UTF-8 text, optionally gzip-compressed (`.gz`), or JSON lines (`.jsonl`,
 `.jsonl.gz`) with one document per record in a text field. In text files a line is a sentence
@@ -19,10 +20,10 @@ import gzip
 import io
 import json
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from roberta.errors import UserError
 

@@ -377,7 +377,8 @@ class Tokenizer:
 
     @classmethod
     def from_gpt2(cls, encoder_json: str | Path, vocab_bpe: str | Path, dict_txt: str | Path) -> Tokenizer:
-        """GPT-2 BPE files + fairseq dict.txt, ids exactly as fairseq: <s> <pad> </s> <unk>, dict.txt, <mask>."""
+        """GPT-2 BPE files + fairseq dict.txt, ids exactly as fairseq: <s> <pad> </s> <unk>, dict.txt,
+        <mask>."""
         paths = [Path(encoder_json), Path(vocab_bpe), Path(dict_txt)]
         raw = [_read_bytes(p) for p in paths]
         encoder = _read_vocab_json(paths[0], raw[0])
@@ -390,7 +391,8 @@ class Tokenizer:
             # dict.txt names GPT-2 ids as decimal strings; any other symbol is a literal token.
             if symbol.isascii() and symbol.isdigit():
                 if int(symbol) >= len(encoder):
-                    raise UserError(f"{paths[2]}:{number}: GPT-2 id {symbol} is not in {paths[0].name} (ids 0..{len(encoder) - 1})")
+                    raise UserError(f"{paths[2]}:{number}: GPT-2 id {symbol} is not in {paths[0].name} "
+                                    f"(ids 0..{len(encoder) - 1})")
                 gpt2_to_model[int(symbol)] = len(tokens)
                 tokens.append(gpt2_tokens[int(symbol)])
             else:
@@ -468,7 +470,8 @@ class Tokenizer:
 
     @classmethod
     def from_wordpiece(cls, vocab_txt: str | Path, lowercase: bool = False) -> Tokenizer:
-        """BERT WordPiece vocab.txt (cased unless `lowercase`); roles from [CLS] [SEP] [PAD] [UNK] [MASK] or <s> ...."""
+        """BERT WordPiece vocab.txt (cased unless `lowercase`); roles from [CLS] [SEP] [PAD] [UNK] [MASK] or
+        <s> ...."""
         path = Path(vocab_txt)
         raw = _read_bytes(path)
         vocab = _read_wordpiece_vocab(path, raw)
@@ -634,7 +637,8 @@ class Tokenizer:
         ids = [int(i) for i in ids]
         outside = [i for i in ids if not 0 <= i < len(self._tokens)]
         if outside:
-            raise UserError(f"id {outside[0]} is outside the vocabulary of {len(self._tokens)} tokens (0..{len(self._tokens) - 1})")
+            raise UserError(f"id {outside[0]} is outside the vocabulary of {len(self._tokens)} tokens "
+                            f"(0..{len(self._tokens) - 1})")
         if skip_special_tokens:
             ids = [i for i in ids if not self._special[i]]
         if self.kind == "wordpiece":
@@ -662,7 +666,8 @@ def _truncated_lengths(lengths: list[int], budget: int, truncation: Truncation, 
     if truncation in ("only_first", "only_second"):
         which = 0 if truncation == "only_first" else 1
         if which >= len(lengths) or lengths[which] < excess:
-            raise UserError(f"cannot fit max_length={max_length} by truncating only the {'first' if which == 0 else 'second'} text")
+            raise UserError(f"cannot fit max_length={max_length} by truncating only the "
+                            f"{'first' if which == 0 else 'second'} text")
         return [n - excess if k == which else n for k, n in enumerate(lengths)]
     if truncation != "longest_first":
         raise UserError(f"{sum(lengths)} tokens exceed max_length={max_length} and truncation is {truncation!r}")

@@ -94,7 +94,8 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
             )
     if checkpoint.without_lm_head(model) is not None:
         # Only once DST is complete: no warning may precede a refusal.
-        warnings.warn(f"{src} holds no masked-LM head: {dst} holds the encoder{' and its heads' if model.heads else ''} "
+        warnings.warn(f"{src} holds no masked-LM head: "
+                      f"{dst} holds the encoder{' and its heads' if model.heads else ''} "
                       "only (fill-mask refuses it; transformers' AutoModelForMaskedLM would add a random head)", stacklevel=2)
     return difference
 

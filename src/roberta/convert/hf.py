@@ -17,8 +17,8 @@ import torch
 from roberta import checkpoint
 from roberta.checkpoint import build_model, check_vocabulary, head_shapes
 from roberta.config import RobertaConfig
-from roberta.convert.fairseq import load_pickle
 from roberta.convert import mapping
+from roberta.convert.fairseq import load_pickle
 from roberta.convert.mapping import Field, WeightNames, weight_and_bias
 from roberta.errors import UserError
 from roberta.io import atomic_directory, read_json, write_json
@@ -156,7 +156,8 @@ def token_type_row(state: dict[str, torch.Tensor], config: RobertaConfig, source
     token_types = state.pop(TOKEN_TYPES)
     if token_types.shape[1:] != (config.hidden_size,):
         raise UserError(
-            f"{source}: key {TOKEN_TYPES!r} has shape {list(token_types.shape)}, expected [1, {config.hidden_size}]"
+            f"{source}: key {TOKEN_TYPES!r} has shape {list(token_types.shape)}, "
+            f"expected [1, {config.hidden_size}]"
         )
     return token_types[0]
 
@@ -201,7 +202,8 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     for name, shape in heads.items():
         if shape["inner_dim"] != model.config.hidden_size:
             raise UserError(
-                f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, not {shape['inner_dim']}"
+                f"head {name!r}: HF needs inner_dim == hidden_size {model.config.hidden_size}, "
+                f"not {shape['inner_dim']}"
             )
     lm_head = checkpoint.without_lm_head(model) is None
     state = mapping.export_state(model.state_dict(), NAMES.pairs(model.config.num_layers, heads, lm_head=lm_head))
