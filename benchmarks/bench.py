@@ -56,27 +56,52 @@ def tokenizer_rows(output: str) -> list[Row]:
     ours = markdown_cells(output, "roberta tokenize_ids_flat (tiktoken engine)")
     plain = markdown_cells(output, "tiktoken encode_ordinary_batch (+ id lookup)")
     size = output.split(" MB,", 1)[0].split()[-1]
-    return [compared(f"tokenization, {size} MB of the corpus: ours `tokenize_ids_flat` vs plain tiktoken "
-                     "`encode_ordinary_batch`", "MB/s (wall)", [float(ours[2])], [float(plain[2])])]
+    return [
+        compared(
+            f"tokenization, {size} MB of the corpus: ours `tokenize_ids_flat` vs plain tiktoken "
+            "`encode_ordinary_batch`",
+            "MB/s (wall)",
+            [float(ours[2])],
+            [float(plain[2])],
+        )
+    ]
 
 
 def prepare_rows(output: str) -> list[Row]:
     ours = markdown_cells(output, "`prepare`")
     plain = markdown_cells(output, "plain `tiktoken` encode_ordinary_batch")
-    return [compared(f"`roberta prepare`, {ours[2]} MB of the corpus (ids equal: {plain[7]}) vs plain tiktoken "
-                     "encoding the same lines", "MB/s (wall)", [float(ours[4])], [float(plain[4])])]
+    return [
+        compared(
+            f"`roberta prepare`, {ours[2]} MB of the corpus (ids equal: {plain[7]}) vs plain tiktoken "
+            "encoding the same lines",
+            "MB/s (wall)",
+            [float(ours[4])],
+            [float(plain[4])],
+        )
+    ]
 
 
 def embed_rows(output: str) -> list[Row]:
-    best, ratio, low, high = re.search(r"ours / best HF \((\S+)\): ([\d.]+)x \(per slice ([\d.]+)-([\d.]+)x\)", output).groups()
+    best, ratio, low, high = re.search(
+        r"ours / best HF \((\S+)\): ([\d.]+)x \(per slice ([\d.]+)-([\d.]+)x\)", output
+    ).groups()
 
     def rate(system: str) -> float:
-        return float(re.search(rf"^{re.escape(system)}\s+([\d.]+) sentences/s", output, re.MULTILINE).group(1))
+        return float(
+            re.search(rf"^{re.escape(system)}\s+([\d.]+) sentences/s", output, re.MULTILINE).group(1)
+        )
 
     count = re.search(r"^(\d+) paragraphs", output, re.MULTILINE).group(1)
-    return [Row(f"`embed`, base shape, {count} corpus paragraphs: ours `Roberta.embed` vs HF {best}", "sentences/s",
-                Spread.of([rate("ours")]), Spread.of([rate(best)]), Spread(float(ratio), float(low), float(high)),
-                goal=1.3)]  # embed_throughput.GOAL_VS_HF (issue #13)
+    return [
+        Row(
+            f"`embed`, base shape, {count} corpus paragraphs: ours `Roberta.embed` vs HF {best}",
+            "sentences/s",
+            Spread.of([rate("ours")]),
+            Spread.of([rate(best)]),
+            Spread(float(ratio), float(low), float(high)),
+            goal=1.3,
+        )
+    ]  # embed_throughput.GOAL_VS_HF (issue #13)
 
 
 # Sizes. `bench` is meant to fit 15 minutes on a quiet 2-core CPU (12.4 on 2026-11-24).
@@ -89,32 +114,58 @@ def embed_rows(output: str) -> list[Row]:
 PLANS: dict[str, list[Job]] = {
     "smoke": [
         Job("pretrain", "pretrain_step.py", ("--shapes", "tiny:2x128@64", "--batch", "4", "--slices", "2")),
-        Job("finetune", "finetune_throughput.py", ("--examples", "SST-2=16:4,RTE=8:4,SQuAD=4:4", "--shape", "tiny:2x128",
-                                                   "--repeats", "2")),
+        Job(
+            "finetune",
+            "finetune_throughput.py",
+            ("--examples", "SST-2=16:4,RTE=8:4,SQuAD=4:4", "--shape", "tiny:2x128", "--repeats", "2"),
+        ),
         Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=1),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "0.5", "--repeats", "1"), tokenizer_rows),
-        Job("embed", "embed_throughput.py", ("--paragraphs", "4", "--slices", "2", "--hf-batch-sizes", "2"), embed_rows),
+        Job(
+            "embed",
+            "embed_throughput.py",
+            ("--paragraphs", "4", "--slices", "2", "--hf-batch-sizes", "2"),
+            embed_rows,
+        ),
     ],
     "bench": [
         Job("pretrain-tiny", "pretrain_step.py", ("--shapes", "tiny@128", "--slices", "3")),
         Job("pretrain-base", "pretrain_step.py", ("--shapes", "base@128", "--slices", "2")),
-        Job("finetune", "finetune_throughput.py", ("--examples", "SST-2=192,RTE=96,SQuAD=96:16", "--shape", "tiny",
-                                                   "--repeats", "2")),
+        Job(
+            "finetune",
+            "finetune_throughput.py",
+            ("--examples", "SST-2=192,RTE=96,SQuAD=96:16", "--shape", "tiny", "--repeats", "2"),
+        ),
         Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=16),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "5", "--repeats", "2"), tokenizer_rows),
-        Job("embed", "embed_throughput.py", ("--paragraphs", "48", "--slices", "2", "--hf-batch-sizes", "8",
-                                             "--skip", "ort"), embed_rows),
+        Job(
+            "embed",
+            "embed_throughput.py",
+            ("--paragraphs", "48", "--slices", "2", "--hf-batch-sizes", "8", "--skip", "ort"),
+            embed_rows,
+        ),
     ],
     "full": [
         Job("pretrain-tiny", "pretrain_step.py", ("--shapes", "tiny@128", "--slices", "5", "--steps", "2")),
         Job("pretrain-base", "pretrain_step.py", ("--shapes", "base@128,base@512", "--slices", "3")),
-        Job("finetune", "finetune_throughput.py", ("--examples", "SST-2=512,RTE=128,SQuAD=64", "--shape", "tiny",
-                                                   "--repeats", "3")),
-        Job("finetune-base", "finetune_throughput.py", ("--examples", "SST-2=128,RTE=32,SQuAD=32:16", "--shape", "base",
-                                                        "--repeats", "3")),
+        Job(
+            "finetune",
+            "finetune_throughput.py",
+            ("--examples", "SST-2=512,RTE=128,SQuAD=64", "--shape", "tiny", "--repeats", "3"),
+        ),
+        Job(
+            "finetune-base",
+            "finetune_throughput.py",
+            ("--examples", "SST-2=128,RTE=32,SQuAD=32:16", "--shape", "base", "--repeats", "3"),
+        ),
         Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "20", "--repeats", "3"), tokenizer_rows),
-        Job("embed", "embed_throughput.py", ("--paragraphs", "300", "--slices", "3", "--hf-batch-sizes", "8"), embed_rows),
+        Job(
+            "embed",
+            "embed_throughput.py",
+            ("--paragraphs", "300", "--slices", "3", "--hf-batch-sizes", "8"),
+            embed_rows,
+        ),
     ],
 }
 
@@ -152,7 +203,9 @@ def run_logged(argv: list[str], log: Path, env: dict[str, str]) -> tuple[int, st
     """Run a script, its output shown as it comes and kept in `log`."""
     lines = []
     with log.open("w") as f:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=harness.ROOT)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=harness.ROOT
+        )
         for line in proc.stdout:
             print(line, end="", flush=True)
             f.write(line)
@@ -187,8 +240,16 @@ def run_job(job: Job, args: argparse.Namespace, peak: float) -> tuple[list[Row],
     rows_file = args.work / f"{job.name}.json"
     if job.headline is None:
         rows_file.unlink(missing_ok=True)
-        argv += ["--data", str(args.data), "--threads", str(args.threads), "--peak-gflops", str(peak / 1e9),
-                 "--json", str(rows_file)]
+        argv += [
+            "--data",
+            str(args.data),
+            "--threads",
+            str(args.threads),
+            "--peak-gflops",
+            str(peak / 1e9),
+            "--json",
+            str(rows_file),
+        ]
     else:
         sample = corpus_sample(args.data, job.corpus_mb, args.work) if job.corpus_mb else args.data
         env["ROBERTA_DATA"] = str(sample)
@@ -225,11 +286,21 @@ def main() -> None:
     size.add_argument("--full", action="store_true", help="the big rows too (longer than 15 minutes)")
     size.add_argument("--smoke", action="store_true", help="minimal sizes, to check that every row runs")
     p.add_argument("--threads", type=int, default=2, help="threads of each side (default 2)")
-    p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
-    p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="logs, caches, scratch (default runs/bench)")
-    p.add_argument("--results", type=Path,
-                   help="file whose marked table is rewritten (default benchmarks/RESULTS.md; --smoke: a copy in "
-                        "--work); the run's own file goes to results/ beside it")
+    p.add_argument(
+        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=harness.ROOT / "runs" / "bench",
+        help="logs, caches, scratch (default runs/bench)",
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        help="file whose marked table is rewritten (default benchmarks/RESULTS.md; --smoke: a copy in "
+        "--work); the run's own file goes to results/ beside it",
+    )
     args = p.parse_args()
     plan = "smoke" if args.smoke else "full" if args.full else "bench"
     args.work.mkdir(parents=True, exist_ok=True)
@@ -248,8 +319,11 @@ def main() -> None:
         found, succeeded = run_job(job, args, peak)
         rows += found
         ok &= succeeded
-    command, what = {"smoke": ("bench.py --smoke", "bench-smoke"), "full": ("make bench-full", "make-bench-full"),
-                     "bench": ("make bench", "make-bench")}[plan]
+    command, what = {
+        "smoke": ("bench.py --smoke", "bench-smoke"),
+        "full": ("make bench-full", "make-bench-full"),
+        "bench": ("make bench", "make-bench"),
+    }[plan]
     block = (
         f"## Side by side: ours vs HF transformers and plain encoders (`{command}`)\n\n"
         f"Measured {date} by `{command}` in {harness.elapsed(started)}: {harness.machine()}; "

@@ -53,8 +53,12 @@ GOAL_VS_HF = 1.3  # issue #13: ours >= 1.3x the best HF baseline; >= 1x ONNX Run
 
 
 def paragraphs(count: int, seed: int) -> list[str]:
-    lines = [line for path in sorted((DATA / "corpus").glob("*/*.txt"))
-             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [
+        line
+        for path in sorted((DATA / "corpus").glob("*/*.txt"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     return random.Random(seed).sample(lines, count)
 
 
@@ -71,7 +75,13 @@ def hf_batched(model, tokenizer, texts: list[str], batch_size: int) -> torch.Ten
     vectors = []
     with torch.inference_mode():
         for start in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=512, return_tensors="pt")
+            enc = tokenizer(
+                texts[start : start + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=512,
+                return_tensors="pt",
+            )
             vectors.append(model(**enc).last_hidden_state[:, 0])
     return torch.cat(vectors)
 
@@ -82,11 +92,13 @@ def sorted_batches(tokenizer, texts: list[str], batch_size: int) -> Iterator[tup
     ids = tokenizer(texts, truncation=True, max_length=512)["input_ids"]
     order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
+        rows = order[start : start + batch_size]
         yield rows, tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
 
 
-def run_sorted(tokenizer, texts: list[str], batch_size: int, cls: Callable[[dict], torch.Tensor]) -> torch.Tensor:
+def run_sorted(
+    tokenizer, texts: list[str], batch_size: int, cls: Callable[[dict], torch.Tensor]
+) -> torch.Tensor:
     """`cls(batch)` ([B, H] `<s>` vectors) over length-sorted batches, in input order."""
     vectors: list[torch.Tensor | None] = [None] * len(texts)
     with torch.inference_mode():
@@ -116,35 +128,61 @@ def onnx_sessions(hf_dir: Path, tokenizer, config: RobertaConfig, threads: int) 
 
     started = time.perf_counter()
     # Eager attention: the graph ORT's optimizer recognizes and fuses into its Attention kernel.
-    model = transformers.RobertaModel.from_pretrained(hf_dir, add_pooling_layer=False, attn_implementation="eager")
+    model = transformers.RobertaModel.from_pretrained(
+        hf_dir, add_pooling_layer=False, attn_implementation="eager"
+    )
     # eval() on the wrapper: the exporter restores the wrapper's mode, and with it every submodule's.
     wrapper = LastHidden(model).eval()
     # Traced with padding, so the attention mask is in the graph (a padding-free trace would drop it).
-    example = tokenizer(["A short one.", "A longer example sentence, with padding for the other."], padding=True,
-                        return_tensors="pt")
-    exported, optimized, quantized = (hf_dir.parent / name for name in ("model.onnx", "optimized.onnx", "int8.onnx"))
+    example = tokenizer(
+        ["A short one.", "A longer example sentence, with padding for the other."],
+        padding=True,
+        return_tensors="pt",
+    )
+    exported, optimized, quantized = (
+        hf_dir.parent / name for name in ("model.onnx", "optimized.onnx", "int8.onnx")
+    )
     dynamic = {0: "batch", 1: "length"}
     with warnings.catch_warnings():
         # The TorchScript exporter (dynamo=False: torch 2.13's default exporter needs onnxscript) warns
         # that it is legacy, and about advanced indexing in HF's code; the warm-up check below compares.
         warnings.simplefilter("ignore")
-        torch.onnx.export(wrapper, (example["input_ids"], example["attention_mask"]), exported, dynamo=False,
-                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-                          dynamic_axes=dict.fromkeys(("input_ids", "attention_mask", "last_hidden_state"), dynamic),
-                          opset_version=17)
-    fused = optimize_model(str(exported), model_type="bert", num_heads=config.num_heads, hidden_size=config.hidden_size)
-    print("ONNX export + ORT optimizer: "
-          f"{({k: v for k, v in fused.get_fused_operator_statistics().items() if v})}")
+        torch.onnx.export(
+            wrapper,
+            (example["input_ids"], example["attention_mask"]),
+            exported,
+            dynamo=False,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            dynamic_axes=dict.fromkeys(("input_ids", "attention_mask", "last_hidden_state"), dynamic),
+            opset_version=17,
+        )
+    fused = optimize_model(
+        str(exported), model_type="bert", num_heads=config.num_heads, hidden_size=config.hidden_size
+    )
+    print(
+        "ONNX export + ORT optimizer: "
+        f"{ ({k: v for k, v in fused.get_fused_operator_statistics().items() if v}) }"
+    )
     fused.save_model_to_file(str(optimized))
     # The fused ops come from ORT's own domain, which ONNX shape inference cannot type: float is their type.
-    quantize_dynamic(optimized, quantized, weight_type=QuantType.QInt8,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    quantize_dynamic(
+        optimized,
+        quantized,
+        weight_type=QuantType.QInt8,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    sessions = {name: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                for name, path in (("ort-fp32", optimized), ("ort-int8", quantized))}
-    print(f"ONNX Runtime {ort.__version__} ready in {time.perf_counter() - started:.0f} s "
-          f"(fp32 {optimized.stat().st_size / 2**20:.0f} MB, int8 {quantized.stat().st_size / 2**20:.0f} MB)", flush=True)
+    sessions = {
+        name: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for name, path in (("ort-fp32", optimized), ("ort-int8", quantized))
+    }
+    print(
+        f"ONNX Runtime {ort.__version__} ready in {time.perf_counter() - started:.0f} s "
+        f"(fp32 {optimized.stat().st_size / 2**20:.0f} MB, int8 {quantized.stat().st_size / 2**20:.0f} MB)",
+        flush=True,
+    )
     return sessions
 
 
@@ -154,7 +192,7 @@ def ort_cls(session, batch: dict) -> torch.Tensor:
 
 
 def in_batches(order: list[int], size: int) -> list[list[int]]:
-    return [order[i:i + size] for i in range(0, len(order), size)]
+    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 def padding(lengths: list[int], cuts: list[int], batches_of: Callable[[list[int]], list[list[int]]]) -> float:
@@ -172,14 +210,22 @@ def ratio(seconds: dict[str, float], per_slice: list[dict[str, float]], a: str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--paragraphs", type=int, default=1000)
     parser.add_argument("--slices", type=int, default=5, help="alternation units (default 5)")
     parser.add_argument("--batch-tokens", type=int, default=2048, help="ours: padded tokens per batch")
     parser.add_argument("--hf-batch-sizes", default="8,32", help="hand-batched HF loop batch sizes")
-    parser.add_argument("--sorted-batch-size", type=int, default=32,
-                        help="texts per batch of the length-sorted HF loop and ONNX Runtime (default 32)")
-    parser.add_argument("--skip", default="", help="systems to leave out, by name prefix, comma-separated (e.g. pipeline,ort)")
+    parser.add_argument(
+        "--sorted-batch-size",
+        type=int,
+        default=32,
+        help="texts per batch of the length-sorted HF loop and ONNX Runtime (default 32)",
+    )
+    parser.add_argument(
+        "--skip", default="", help="systems to leave out, by name prefix, comma-separated (e.g. pipeline,ort)"
+    )
     parser.add_argument("--config", default="base", help="model preset (default base; tiny for a smoke run)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -201,15 +247,23 @@ def main() -> None:
     lengths = [len(s) for s in hub.encode_batch(texts, truncate=True)]
     sizes = [int(b) for b in args.hf_batch_sizes.split(",")]
     sort_size = args.sorted_batch_size
-    systems = {"ours": lambda t: ours(hub, t), "ours-int8": lambda t: ours(hub_int8, t),
-               "pipeline": lambda t: pipeline_cls(pipe, t)}
+    systems = {
+        "ours": lambda t: ours(hub, t),
+        "ours-int8": lambda t: ours(hub_int8, t),
+        "pipeline": lambda t: pipeline_cls(pipe, t),
+    }
     systems.update({f"hf-b{b}": (lambda t, b=b: hf_batched(hf_model, hf_tokenizer, t, b)) for b in sizes})
     systems[f"hf-sorted-b{sort_size}"] = lambda t: run_sorted(
-        hf_tokenizer, t, sort_size, lambda batch: hf_model(**batch).last_hidden_state[:, 0])
+        hf_tokenizer, t, sort_size, lambda batch: hf_model(**batch).last_hidden_state[:, 0]
+    )
     wants_onnx = not "ort-".startswith(skip)
     if wants_onnx and importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
-        for name, session in onnx_sessions(workdir / "hf", hf_tokenizer, config, torch.get_num_threads()).items():
-            systems[name] = lambda t, s=session: run_sorted(hf_tokenizer, t, sort_size, lambda batch: ort_cls(s, batch))
+        for name, session in onnx_sessions(
+            workdir / "hf", hf_tokenizer, config, torch.get_num_threads()
+        ).items():
+            systems[name] = lambda t, s=session: run_sorted(
+                hf_tokenizer, t, sort_size, lambda batch: ort_cls(s, batch)
+            )
     elif wants_onnx:
         print("onnxruntime / onnx not installed: no ONNX Runtime rows (pip install -e '.[onnx]')")
     systems = {name: run for name, run in systems.items() if name == "ours" or not name.startswith(skip)}
@@ -218,18 +272,21 @@ def main() -> None:
     reference = ours(hub, warm)
     for name, run in systems.items():
         vectors = run(warm)
-        print(f"{name}: on the warm-up texts, max |difference| from ours "
-              f"{(vectors - reference).abs().max():.2e}, "
-              f"cosine min {F.cosine_similarity(vectors, reference, dim=-1).min():.5f}", flush=True)
+        print(
+            f"{name}: on the warm-up texts, max |difference| from ours "
+            f"{(vectors - reference).abs().max():.2e}, "
+            f"cosine min {F.cosine_similarity(vectors, reference, dim=-1).min():.5f}",
+            flush=True,
+        )
 
     n = len(texts)
     cuts = [n * k // args.slices for k in range(args.slices + 1)]
     seconds = {name: 0.0 for name in systems}
     per_slice: list[dict[str, float]] = []
     for k in range(args.slices):
-        part = texts[cuts[k]:cuts[k + 1]]
+        part = texts[cuts[k] : cuts[k + 1]]
         names = list(systems)
-        names = names[k % len(names):] + names[:k % len(names)]
+        names = names[k % len(names) :] + names[: k % len(names)]
         rates = {}
         for name in names:
             start = time.perf_counter()
@@ -238,29 +295,47 @@ def main() -> None:
             seconds[name] += elapsed
             rates[name] = len(part) / elapsed
         per_slice.append(rates)
-        print(f"slice {k + 1}/{args.slices}: " + ", ".join(f"{m} {r:.2f}/s" for m, r in rates.items()), flush=True)
+        print(
+            f"slice {k + 1}/{args.slices}: " + ", ".join(f"{m} {r:.2f}/s" for m, r in rates.items()),
+            flush=True,
+        )
 
-    print(f"\n{n} paragraphs, {sum(lengths)} tokens (mean {sum(lengths) / n:.1f}, max {max(lengths)}), "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"transformers {transformers.__version__}")
-    batchings = {"ours": lambda part: length_batches(part, args.batch_tokens),
-                 f"hf-b{sizes[0]}": lambda part: in_batches(list(range(len(part))), sizes[0]),
-                 f"hf-sorted-b{sort_size}": lambda part: in_batches(sorted(range(len(part)), key=lambda i: -part[i]), sort_size)}
-    print("tokens computed per real token (padding): " + ", ".join(
-        f"{name} {padding(lengths, cuts, batches):.2f}x" for name, batches in batchings.items())
-          + " (ours: in attention only; its matrix products compute the real tokens alone)")
+    print(
+        f"\n{n} paragraphs, {sum(lengths)} tokens (mean {sum(lengths) / n:.1f}, max {max(lengths)}), "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"transformers {transformers.__version__}"
+    )
+    batchings = {
+        "ours": lambda part: length_batches(part, args.batch_tokens),
+        f"hf-b{sizes[0]}": lambda part: in_batches(list(range(len(part))), sizes[0]),
+        f"hf-sorted-b{sort_size}": lambda part: in_batches(
+            sorted(range(len(part)), key=lambda i: -part[i]), sort_size
+        ),
+    }
+    print(
+        "tokens computed per real token (padding): "
+        + ", ".join(f"{name} {padding(lengths, cuts, batches):.2f}x" for name, batches in batchings.items())
+        + " (ours: in attention only; its matrix products compute the real tokens alone)"
+    )
     for name in systems:
-        print(f"{name:14s} {n / seconds[name]:7.2f} sentences/s  {sum(lengths) / seconds[name]:7.0f} tokens/s  "
-              f"({seconds[name]:.1f} s)")
+        print(
+            f"{name:14s} {n / seconds[name]:7.2f} sentences/s  {sum(lengths) / seconds[name]:7.0f} tokens/s  "
+            f"({seconds[name]:.1f} s)"
+        )
     hf = [name for name in systems if name.startswith(HF_SYSTEMS)]
     if hf:
         best_hf = max(hf, key=lambda m: n / seconds[m])
         # The line bench.py reads for its table row.
-        print(f"ours / best HF ({best_hf}): {ratio(seconds, per_slice, 'ours', best_hf)} "
-              f"[goal >= {GOAL_VS_HF}x]")
+        print(
+            f"ours / best HF ({best_hf}): {ratio(seconds, per_slice, 'ours', best_hf)} "
+            f"[goal >= {GOAL_VS_HF}x]"
+        )
     for a, b in (("ours", "ort-fp32"), ("ours-int8", "ort-int8"), ("ours-int8", "ours")):
         if a in systems and b in systems:
-            print(f"{a} / {b}: {ratio(seconds, per_slice, a, b)}" + (" [goal >= 1x]" if b.startswith("ort") else ""))
+            print(
+                f"{a} / {b}: {ratio(seconds, per_slice, a, b)}"
+                + (" [goal >= 1x]" if b.startswith("ort") else "")
+            )
 
 
 if __name__ == "__main__":

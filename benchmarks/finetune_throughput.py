@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import harness
-
 from roberta.config import RobertaConfig
 
 HF_DEFAULT, HF_GROUPED = "HF Trainer", "HF Trainer, group_by_length"
@@ -93,12 +92,12 @@ def tasks(sizes: str) -> list[Task]:
 def models(shape: str, data: Path, work: Path) -> tuple[Path, Path, RobertaConfig]:
     """Our checkpoint and its HF export (same weights, the GPT-2 BPE), and the config."""
     import torch
-    from time_to_quality import model_config
 
     from roberta import checkpoint
     from roberta.convert import export_hf
     from roberta.model import RobertaModel
     from roberta.tokenizer import load_tokenizer
+    from time_to_quality import model_config
 
     tokenizer = load_tokenizer(data / "gpt2_bpe")
     torch.manual_seed(0)
@@ -138,12 +137,22 @@ def squad_setup(task: Task, data: Path, work: Path) -> Setup:
     (out / "train.json").write_text(json.dumps(squad_subset(articles, task.examples)))
     (out / "dev.json").write_text(json.dumps(squad_subset(articles[::-1], 4)))
     tokenizer = load_tokenizer(data / "gpt2_bpe")
-    windows = make_windows(tokenizer, read_squad(out / "train.json", "1.1"), SQUAD_MAX_LENGTH, SQUAD_STRIDE,
-                           SQUAD_MAX_QUERY, train=True).windows
-    records = [{"input_ids": w.tokens.tolist(), "start_positions": w.start_position, "end_positions": w.end_position}
-               for w in windows]
+    windows = make_windows(
+        tokenizer,
+        read_squad(out / "train.json", "1.1"),
+        SQUAD_MAX_LENGTH,
+        SQUAD_STRIDE,
+        SQUAD_MAX_QUERY,
+        train=True,
+    ).windows
+    records = [
+        {"input_ids": w.tokens.tolist(), "start_positions": w.start_position, "end_positions": w.end_position}
+        for w in windows
+    ]
     (out / "windows.json").write_text(json.dumps(records))
-    return Setup(task, out / "train.json", out / "dev.json", [len(w.tokens) for w in windows], out / "windows.json")
+    return Setup(
+        task, out / "train.json", out / "dev.json", [len(w.tokens) for w in windows], out / "windows.json"
+    )
 
 
 def squad_subset(articles: list[dict], questions: int) -> dict:
@@ -168,18 +177,43 @@ def ours_argv(setup: Setup, init: Path, out: Path) -> list[str]:
     task = setup.task
     roberta = str(Path(sys.executable).with_name("roberta"))
     if task.squad:
-        verb = ["squad", "--version", "1.1", "--train", str(setup.train), "--dev", str(setup.dev),
-                "--stride", str(SQUAD_STRIDE), "--max-query", str(SQUAD_MAX_QUERY)]
+        verb = [
+            "squad",
+            "--version",
+            "1.1",
+            "--train",
+            str(setup.train),
+            "--dev",
+            str(setup.dev),
+            "--stride",
+            str(SQUAD_STRIDE),
+            "--max-query",
+            str(SQUAD_MAX_QUERY),
+        ]
     else:
         verb = ["glue", "--task", task.name, "--data", str(setup.train)]
-    return [roberta, "finetune", *verb, "--init", str(init), "--out", str(out), "--train.epochs=1",
-            f"--train.batch_size={task.batch}", f"--train.micro_batch_size={task.batch}", "--train.seed=1",
-            "--train.device=cpu", "--train.log_every=1000000000"]
+    return [
+        roberta,
+        "finetune",
+        *verb,
+        "--init",
+        str(init),
+        "--out",
+        str(out),
+        "--train.epochs=1",
+        f"--train.batch_size={task.batch}",
+        f"--train.micro_batch_size={task.batch}",
+        "--train.seed=1",
+        "--train.device=cpu",
+        "--train.log_every=1000000000",
+    ]
 
 
 def ours_seconds(run_dir: Path, tokens: int) -> float:
     """Training time from the one train record the run logged: its tokens / tokens_per_s."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()
+    ]
     train = [r for r in records if r["split"] == "train"]
     if len(train) != 1:
         raise SystemExit(f"{run_dir}: expected one train record in metrics.jsonl, found {len(train)}")
@@ -188,9 +222,16 @@ def ours_seconds(run_dir: Path, tokens: int) -> float:
 
 def hf_argv(setup: Setup, hf_dir: Path, out: Path, strategy: str, threads: int) -> list[str]:
     task = setup.task
-    spec = {"task": task.name, "hf_dir": str(hf_dir), "out": str(out), "batch": task.batch, "lr": task.lr,
-            "strategy": strategy, "threads": threads,
-            "train": str(setup.windows if task.squad else setup.train / "train.tsv")}
+    spec = {
+        "task": task.name,
+        "hf_dir": str(hf_dir),
+        "out": str(out),
+        "batch": task.batch,
+        "lr": task.lr,
+        "strategy": strategy,
+        "threads": threads,
+        "train": str(setup.windows if task.squad else setup.train / "train.tsv"),
+    }
     return [sys.executable, __file__, "--hf-run", json.dumps(spec)]
 
 
@@ -217,17 +258,37 @@ def hf_run(spec: dict) -> None:
         pairs = [e.pair for e in examples] if task.pair_column else None
         encoded = tokenizer([e.text for e in examples], pairs, truncation=True, max_length=512)
         labels = label_ids(examples, task.labels, spec["train"])
-        dataset = [{"input_ids": ids, "attention_mask": mask, "labels": label}
-                   for ids, mask, label in zip(encoded["input_ids"], encoded["attention_mask"], labels)]
-        model = transformers.AutoModelForSequenceClassification.from_pretrained(spec["hf_dir"], num_labels=len(task.labels))
+        dataset = [
+            {"input_ids": ids, "attention_mask": mask, "labels": label}
+            for ids, mask, label in zip(encoded["input_ids"], encoded["attention_mask"], labels)
+        ]
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            spec["hf_dir"], num_labels=len(task.labels)
+        )
     args = TrainingArguments(
-        output_dir=spec["out"], **harness.hf_trainer_recipe(spec["lr"], spec["batch"], seed=1), num_train_epochs=1,
-        train_sampling_strategy=spec["strategy"], eval_strategy="no",
+        output_dir=spec["out"],
+        **harness.hf_trainer_recipe(spec["lr"], spec["batch"], seed=1),
+        num_train_epochs=1,
+        train_sampling_strategy=spec["strategy"],
+        eval_strategy="no",
     )
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer),
-                      processing_class=tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+    )
     seconds = trainer.train().metrics["train_runtime"]
-    print(json.dumps({"seconds": seconds, "examples": len(dataset), "tokens": sum(len(d["input_ids"]) for d in dataset)}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "examples": len(dataset),
+                "tokens": sum(len(d["input_ids"]) for d in dataset),
+            }
+        )
+    )
 
 
 class Sides:
@@ -248,58 +309,90 @@ class Sides:
     def hf_run(self, side: str) -> float:
         out = self.work / "runs" / f"{self.setup.task.name}-hf"
         strategy = "group_by_length" if side == HF_GROUPED else "random"
-        result = json.loads(self._run(side, hf_argv(self.setup, self.hf, out, strategy, self.threads)).splitlines()[-1])
+        result = json.loads(
+            self._run(side, hf_argv(self.setup, self.hf, out, strategy, self.threads)).splitlines()[-1]
+        )
         shutil.rmtree(out, ignore_errors=True)
         if result["tokens"] != sum(self.setup.lengths):  # HF's tokenizer and ours should agree exactly
-            print(f"  note: HF's encoding holds {result['tokens']} real tokens, ours {sum(self.setup.lengths)}")
+            print(
+                f"  note: HF's encoding holds {result['tokens']} real tokens, ours {sum(self.setup.lengths)}"
+            )
         return result["examples"] / result["seconds"]
 
     def _run(self, side: str, argv: list[str]) -> str:
-        result = harness.require_success(harness.run_measured(argv, harness.thread_env(self.threads)), f"{side} run")
+        result = harness.require_success(
+            harness.run_measured(argv, harness.thread_env(self.threads)), f"{side} run"
+        )
         self.peak_rss[side] = max(self.peak_rss.get(side, 0.0), result.peak_rss_mb)
         return result.stdout
 
 
-def compare(setup: Setup, ours: Path, hf: Path, config: RobertaConfig, args: argparse.Namespace,
-            peak: float) -> list[harness.Row]:
+def compare(
+    setup: Setup, ours: Path, hf: Path, config: RobertaConfig, args: argparse.Namespace, peak: float
+) -> list[harness.Row]:
     task = setup.task
     baselines = [HF_DEFAULT] if task.squad else [HF_DEFAULT, HF_GROUPED]
     mean_length = statistics.mean(setup.lengths)
-    print(f"{task.name}: {task.examples} examples, {len(setup.lengths)} sequences of {mean_length:.0f} "
-          f"tokens on average (max {max(setup.lengths)}), batch {task.batch}", flush=True)
+    print(
+        f"{task.name}: {task.examples} examples, {len(setup.lengths)} sequences of {mean_length:.0f} "
+        f"tokens on average (max {max(setup.lengths)}), batch {task.batch}",
+        flush=True,
+    )
     sides = Sides(setup, ours, hf, args.work, args.threads)
     runs = {"ours": sides.ours_run, **{name: (lambda n=name: sides.hf_run(n)) for name in baselines}}
     rates = harness.alternate(runs, args.repeats)
-    flops_per_example = harness.training_flops(config, round(mean_length), sum(setup.lengths)) / len(setup.lengths)
+    flops_per_example = harness.training_flops(config, round(mean_length), sum(setup.lengths)) / len(
+        setup.lengths
+    )
 
     def mfu(side: str) -> float:
         return harness.Spread.of(rates[side]).median * flops_per_example / peak
 
     unit = "windows/s" if task.squad else "examples/s"
-    what = (f"SQuAD v1.1 ({len(setup.lengths)} windows of ≤ {SQUAD_MAX_LENGTH} tokens, stride {SQUAD_STRIDE}"
-            if task.squad else f"{task.name} ({len(setup.lengths)} examples of ≤ 512 tokens")
+    what = (
+        f"SQuAD v1.1 ({len(setup.lengths)} windows of ≤ {SQUAD_MAX_LENGTH} tokens, stride {SQUAD_STRIDE}"
+        if task.squad
+        else f"{task.name} ({len(setup.lengths)} examples of ≤ 512 tokens"
+    )
     what += f", mean {mean_length:.0f})"
     shape = f"{config.num_layers} x {config.hidden_size}"
     return [
-        harness.compared(f"fine-tuning {what}, {shape}, batch {task.batch}: `roberta finetune` vs {name}", unit,
-                         rates["ours"], rates[name], goal=GOALS["SQuAD" if task.squad else name],
-                         rss_mb=(sides.peak_rss["ours"], sides.peak_rss[name]), mfu=(mfu("ours"), mfu(name)),
-                         memory_goal=not task.squad)
+        harness.compared(
+            f"fine-tuning {what}, {shape}, batch {task.batch}: `roberta finetune` vs {name}",
+            unit,
+            rates["ours"],
+            rates[name],
+            goal=GOALS["SQuAD" if task.squad else name],
+            rss_mb=(sides.peak_rss["ours"], sides.peak_rss[name]),
+            mfu=(mfu("ours"), mfu(name)),
+            memory_goal=not task.squad,
+        )
         for name in baselines
     ]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--examples", default="SST-2=512,RTE=128,SQuAD=64",
-                   help="TASK=N[:B],...: N training examples per run (SQuAD: questions), batch B (default: the "
-                        "task's recipe: SST-2 32, RTE 16, SQuAD 48); tasks SST-2, RTE, SQuAD "
-                        "(default SST-2=512,RTE=128,SQuAD=64)")
-    p.add_argument("--shape", default="tiny", help="model: PRESET[:LAYERSxWIDTH], e.g. tiny, base, tiny:2x128 (default tiny)")
+    p.add_argument(
+        "--examples",
+        default="SST-2=512,RTE=128,SQuAD=64",
+        help="TASK=N[:B],...: N training examples per run (SQuAD: questions), batch B (default: the "
+        "task's recipe: SST-2 32, RTE 16, SQuAD 48); tasks SST-2, RTE, SQuAD "
+        "(default SST-2=512,RTE=128,SQuAD=64)",
+    )
+    p.add_argument(
+        "--shape",
+        default="tiny",
+        help="model: PRESET[:LAYERSxWIDTH], e.g. tiny, base, tiny:2x128 (default tiny)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
-    p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench" / "finetune", help="scratch directory")
+    p.add_argument(
+        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
+    )
+    p.add_argument(
+        "--work", type=Path, default=harness.ROOT / "runs" / "bench" / "finetune", help="scratch directory"
+    )
     p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
     p.add_argument("--hf-run", help=argparse.SUPPRESS)  # the HF child: a JSON spec
@@ -312,7 +405,9 @@ def main() -> None:
     ours, hf, config = models(args.shape, args.data, args.work)
     rows = []
     for task in tasks(args.examples):
-        setup = squad_setup(task, args.data, args.work) if task.squad else glue_setup(task, args.data, args.work)
+        setup = (
+            squad_setup(task, args.data, args.work) if task.squad else glue_setup(task, args.data, args.work)
+        )
         rows += compare(setup, ours, hf, config, args, peak)
     print(harness.format_table(rows))
     harness.write_rows(args.json, rows)

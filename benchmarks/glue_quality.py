@@ -44,8 +44,11 @@ def glue_metrics(task: GlueTask, predictions, labels) -> dict[str, float]:
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     functions = {
-        "accuracy": accuracy_score, "f1": f1_score, "mcc": matthews_corrcoef,
-        "pearson": lambda y, p: pearsonr(p, y)[0], "spearman": lambda y, p: spearmanr(p, y)[0],
+        "accuracy": accuracy_score,
+        "f1": f1_score,
+        "mcc": matthews_corrcoef,
+        "pearson": lambda y, p: pearsonr(p, y)[0],
+        "spearman": lambda y, p: spearmanr(p, y)[0],
     }
     return {name: float(functions[name](labels, predictions)) for name in task.metrics}
 
@@ -59,13 +62,33 @@ def budget_args(task: str, args: argparse.Namespace) -> tuple[int | None, float 
 def run_ours(task: str, init: Path, run_dir: Path, args: argparse.Namespace) -> list[dict]:
     """`roberta finetune glue --seeds N` as a user runs it; each seed's best evaluation from results.json."""
     steps, epochs = budget_args(task, args)
-    budget = [f"--train.epochs={epochs}"] if steps is None else [
-        "--train.epochs=0", f"--train.max_steps={steps}", "--eval-every", str(steps // 4)]
+    budget = (
+        [f"--train.epochs={epochs}"]
+        if steps is None
+        else ["--train.epochs=0", f"--train.max_steps={steps}", "--eval-every", str(steps // 4)]
+    )
     command = [
-        sys.executable, "-m", "roberta.cli", "finetune", "glue", "--task", task, "--data", str(args.data / task),
-        "--init", str(init), "--out", str(run_dir), "--seeds", str(args.seeds), f"--optim.lr={args.lr}",
-        f"--train.batch_size={args.batch}", f"--train.micro_batch_size={args.batch}",
-        f"--data.max_length={args.max_length}", "--train.seed=1", *budget,
+        sys.executable,
+        "-m",
+        "roberta.cli",
+        "finetune",
+        "glue",
+        "--task",
+        task,
+        "--data",
+        str(args.data / task),
+        "--init",
+        str(init),
+        "--out",
+        str(run_dir),
+        "--seeds",
+        str(args.seeds),
+        f"--optim.lr={args.lr}",
+        f"--train.batch_size={args.batch}",
+        f"--train.micro_batch_size={args.batch}",
+        f"--data.max_length={args.max_length}",
+        "--train.seed=1",
+        *budget,
     ]
     seed_dirs = [run_dir / f"seed{s}" for s in range(1, args.seeds + 1)] if args.seeds > 1 else [run_dir]
     if not all((d / "results.json").is_file() for d in seed_dirs):
@@ -85,8 +108,14 @@ def run_ours(task: str, init: Path, run_dir: Path, args: argparse.Namespace) -> 
 
 def run_record(task: str, seed: int, best: dict, evaluations: list[dict], how: str) -> dict:
     metrics = get_task(task).metrics
-    return {"task": task, "seed": seed, "step": best["step"], "best": {m: best[m] for m in metrics},
-            "evaluations": evaluations, "how": how}
+    return {
+        "task": task,
+        "seed": seed,
+        "step": best["step"],
+        "best": {m: best[m] for m in metrics},
+        "evaluations": evaluations,
+        "how": how,
+    }
 
 
 def run_hf(task_name: str, hf_dir: Path, work: Path, args: argparse.Namespace) -> list[dict]:
@@ -94,8 +123,14 @@ def run_hf(task_name: str, hf_dir: Path, work: Path, args: argparse.Namespace) -
     AdamW (0.9, 0.98, 1e-6), weight decay 0.1 off biases and LayerNorm, no clipping, linear
     decay after 6% warmup, batches grouped by length."""
     os.environ["HF_HUB_OFFLINE"] = "1"  # everything is local: a missing file must fail, not download
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              Trainer, TrainingArguments, set_seed)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+        set_seed,
+    )
 
     task = get_task(task_name)
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
@@ -120,16 +155,30 @@ def run_hf(task_name: str, hf_dir: Path, work: Path, args: argparse.Namespace) -
         set_seed(seed)  # the new head's initial weights
         model = AutoModelForSequenceClassification.from_pretrained(hf_dir, num_labels=task.num_classes)
         training = TrainingArguments(
-            output_dir=str(work / "hf-trainer"), **hf_trainer_recipe(args.lr, args.batch, seed),
-            per_device_eval_batch_size=args.batch, num_train_epochs=epochs or 1, max_steps=steps or -1,
-            eval_strategy="steps" if steps else "epoch", eval_steps=steps // 4 if steps else None,
-            data_seed=seed, train_sampling_strategy="group_by_length",
+            output_dir=str(work / "hf-trainer"),
+            **hf_trainer_recipe(args.lr, args.batch, seed),
+            per_device_eval_batch_size=args.batch,
+            num_train_epochs=epochs or 1,
+            max_steps=steps or -1,
+            eval_strategy="steps" if steps else "epoch",
+            eval_steps=steps // 4 if steps else None,
+            data_seed=seed,
+            train_sampling_strategy="group_by_length",
         )
-        trainer = Trainer(model=model, args=training, train_dataset=train, eval_dataset=dev,
-                          data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)
+        trainer = Trainer(
+            model=model,
+            args=training,
+            train_dataset=train,
+            eval_dataset=dev,
+            data_collator=DataCollatorWithPadding(tokenizer),
+            compute_metrics=compute_metrics,
+        )
         trainer.train()
-        evaluations = [{"step": row["step"], **{m: row[f"eval_{m}"] for m in task.metrics}}
-                       for row in trainer.state.log_history if f"eval_{task.metric}" in row]
+        evaluations = [
+            {"step": row["step"], **{m: row[f"eval_{m}"] for m in task.metrics}}
+            for row in trainer.state.log_history
+            if f"eval_{task.metric}" in row
+        ]
         best = max(evaluations, key=lambda e: e[task.metric])
         runs.append(run_record(task_name, seed, best, evaluations, "transformers Trainer"))
     return runs
@@ -162,9 +211,14 @@ def table(records: list[dict]) -> str:
         for metric in get_task(task).metrics:
             cells = []
             for variant in VARIANTS:
-                values = [100 * r["best"][metric] for r in records if r["variant"] == variant and r["task"] == task]
-                cells.append(f"**{statistics.median(values):.1f}** ({', '.join(f'{v:.1f}' for v in values)})"
-                             if values else "not run")
+                values = [
+                    100 * r["best"][metric] for r in records if r["variant"] == variant and r["task"] == task
+                ]
+                cells.append(
+                    f"**{statistics.median(values):.1f}** ({', '.join(f'{v:.1f}' for v in values)})"
+                    if values
+                    else "not run"
+                )
             if any(c != "not run" for c in cells):
                 lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -172,9 +226,15 @@ def table(records: list[dict]) -> str:
 
 def main() -> None:
     intro, details = __doc__.split("\n\n", 1)
-    p = argparse.ArgumentParser(description=intro, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pretrained", type=Path, required=True, help="our pretrained checkpoint (with its tokenizer)")
-    p.add_argument("--work", type=Path, required=True, help="runs, the HF export, the random init, the results")
+    p = argparse.ArgumentParser(
+        description=intro, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--pretrained", type=Path, required=True, help="our pretrained checkpoint (with its tokenizer)"
+    )
+    p.add_argument(
+        "--work", type=Path, required=True, help="runs, the HF export, the random init, the results"
+    )
     data_root = Path(os.environ.get("ROBERTA_DATA", ROOT.parent / "shared" / "data"))
     p.add_argument("--data", type=Path, default=data_root / "glue", help="GLUE task directories")
     p.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS)
@@ -182,10 +242,19 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--epochs", type=float, default=10, help="epochs of every task not in --steps (default 10)")
-    p.add_argument("--steps", nargs="*", default=["SST-2=800"], metavar="TASK=N",
-                   help="tasks trained for N updates instead, evaluated every N/4 (default SST-2=800)")
-    p.add_argument("--max-length", type=int, default=128, help="tokens per input; the 2 x 128 model has 128 positions")
+    p.add_argument(
+        "--epochs", type=float, default=10, help="epochs of every task not in --steps (default 10)"
+    )
+    p.add_argument(
+        "--steps",
+        nargs="*",
+        default=["SST-2=800"],
+        metavar="TASK=N",
+        help="tasks trained for N updates instead, evaluated every N/4 (default SST-2=800)",
+    )
+    p.add_argument(
+        "--max-length", type=int, default=128, help="tokens per input; the 2 x 128 model has 128 positions"
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--init-seed", type=int, default=1, help="seed of the random-init weights")
     args = p.parse_args()
@@ -204,8 +273,11 @@ def main() -> None:
             if variant == "hf":
                 runs = run_hf(task, hf_export(args.pretrained, args.work / "pretrained-hf"), args.work, args)
             else:
-                init = args.pretrained if variant == "ours" else random_init(
-                    args.pretrained, args.work / "random-init", args.init_seed)
+                init = (
+                    args.pretrained
+                    if variant == "ours"
+                    else random_init(args.pretrained, args.work / "random-init", args.init_seed)
+                )
                 runs = run_ours(task, init, args.work / "ft" / variant / task, args)
             records = [r for r in records if (r["variant"], r["task"]) != (variant, task)]
             records += [{"variant": variant, **r, "minutes": (time.time() - started) / 60} for r in runs]

@@ -90,8 +90,14 @@ class Row:
 
 def compared(name: str, unit: str, ours: Sequence[float], baseline: Sequence[float], **fields) -> Row:
     """A Row from per-slice rates of the two sides (slice k of each measured back to back)."""
-    return Row(name, unit, Spread.of(ours), Spread.of(baseline),
-               Spread.of([a / b for a, b in zip(ours, baseline)]), **fields)
+    return Row(
+        name,
+        unit,
+        Spread.of(ours),
+        Spread.of(baseline),
+        Spread.of([a / b for a, b in zip(ours, baseline)]),
+        **fields,
+    )
 
 
 def alternate(sides: dict[str, Callable[[], float]], slices: int) -> dict[str, list[float]]:
@@ -100,7 +106,7 @@ def alternate(sides: dict[str, Callable[[], float]], slices: int) -> dict[str, l
     names = list(sides)
     results: dict[str, list[float]] = {name: [] for name in names}
     for k in range(slices):
-        for name in names[k % len(names):] + names[: k % len(names)]:
+        for name in names[k % len(names) :] + names[: k % len(names)]:
             results[name].append(sides[name]())
             print(f"  slice {k + 1}/{slices} {name}: {results[name][-1]:,.4g}", flush=True)
     return results
@@ -123,8 +129,14 @@ class PeakRss:
     def _poll(self) -> None:
         while not self._done.is_set():
             try:
-                hwm = next((int(line.split()[1]) for line in self._status.read_text().splitlines()
-                            if line.startswith("VmHWM:")), None)
+                hwm = next(
+                    (
+                        int(line.split()[1])
+                        for line in self._status.read_text().splitlines()
+                        if line.startswith("VmHWM:")
+                    ),
+                    None,
+                )
             except OSError:
                 return
             if hwm is None:  # a zombie: the memory is gone, the last reading stands
@@ -157,7 +169,9 @@ def run_measured(argv: Sequence[str], env: dict[str, str] | None = None) -> Meas
 
 def require_success(result: Measured, what: str) -> Measured:
     if result.returncode != 0:
-        raise SystemExit(f"{what} failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        raise SystemExit(
+            f"{what} failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
     return result
 
 
@@ -165,8 +179,13 @@ def thread_env(threads: int) -> dict[str, str]:
     """The environment for a measured subprocess: both sides get the same thread count, and large
     tensors on huge pages as the `roberta` command sets for itself (HF gains from it too: the ratio
     measures the code, not the allocator); THP_MEM_ALLOC_ENABLE in our environment overrides it."""
-    return {"THP_MEM_ALLOC_ENABLE": "1", **os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-            "TRANSFORMERS_VERBOSITY": "error"}
+    return {
+        "THP_MEM_ALLOC_ENABLE": "1",
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
 
 
 def peak_matmul_flops(threads: int) -> float:
@@ -191,7 +210,10 @@ def training_flops(
     from roberta.train.metrics import training_flops_per_token
 
     last = 1.0 if last_layer is None else last_layer / tokens
-    return training_flops_per_token(config, seq_len, head_tokens=lm_scored / tokens, last_layer_tokens=last) * tokens
+    return (
+        training_flops_per_token(config, seq_len, head_tokens=lm_scored / tokens, last_layer_tokens=last)
+        * tokens
+    )
 
 
 def hf_trainer_recipe(lr: float, batch: int, seed: int) -> dict:
@@ -199,9 +221,21 @@ def hf_trainer_recipe(lr: float, batch: int, seed: int) -> dict:
     eps 1e-6, weight decay 0.1, no clipping, 6% warmup then linear decay), on CPU, saving and
     logging nothing: what every HF Trainer baseline here shares."""
     return dict(
-        learning_rate=lr, per_device_train_batch_size=batch, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98,
-        adam_epsilon=1e-6, max_grad_norm=0.0, lr_scheduler_type="linear", warmup_steps=0.06, save_strategy="no",
-        logging_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, seed=seed,
+        learning_rate=lr,
+        per_device_train_batch_size=batch,
+        weight_decay=0.1,
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-6,
+        max_grad_norm=0.0,
+        lr_scheduler_type="linear",
+        warmup_steps=0.06,
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=seed,
     )
 
 
@@ -232,7 +266,11 @@ def format_table(rows: Sequence[Row]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        ratio = f"**{row.ratios.median:.2f}x** ({row.ratios.low:.2f}–{row.ratios.high:.2f})" if row.ratios else "—"
+        ratio = (
+            f"**{row.ratios.median:.2f}x** ({row.ratios.low:.2f}–{row.ratios.high:.2f})"
+            if row.ratios
+            else "—"
+        )
         lines.append(
             f"| {row.name} | {row.unit} | {row.ours or '—'} | {row.baseline or '—'} | {ratio} "
             f"| {row.goals()} "

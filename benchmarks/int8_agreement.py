@@ -35,9 +35,13 @@ def weights_mb(model: torch.nn.Module) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--checkpoint", required=True, help="fine-tuned checkpoint, e.g. RUN/best")
-    parser.add_argument("--task", required=True, help="GLUE task name: its dev file layout, labels and metrics")
+    parser.add_argument(
+        "--task", required=True, help="GLUE task name: its dev file layout, labels and metrics"
+    )
     parser.add_argument("--dev", required=True, help="labelled GLUE dev file, e.g. SST-2/dev.tsv")
     parser.add_argument("--head", help="classification head (default: the task's name)")
     parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS)
@@ -49,8 +53,11 @@ def main() -> None:
     hub.batch_tokens = args.batch_tokens
     examples = read_split(task, args.dev, labelled=True)
     labels = [e.label for e in examples] if task.regression else label_ids(examples, task.labels, args.dev)
-    tokens = hub.tokenizer.encode_batch([e.text for e in examples], [e.pair for e in examples] if task.pair_column else None,
-                                        max_length=hub.max_seq_len)
+    tokens = hub.tokenizer.encode_batch(
+        [e.text for e in examples],
+        [e.pair for e in examples] if task.pair_column else None,
+        max_length=hub.max_seq_len,
+    )
 
     def measure() -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         logits = hub.predict(head, tokens, return_logits=True).float()
@@ -63,18 +70,24 @@ def main() -> None:
     hub.quantize()
     int8_logits, int8_vectors, int8_metrics = measure()
 
-    print(f"{task.name} dev: {len(examples)} examples of {args.dev}, head {head!r} of {args.checkpoint}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"engine {torch.backends.quantized.engine}")
+    print(
+        f"{task.name} dev: {len(examples)} examples of {args.dev}, head {head!r} of {args.checkpoint}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"engine {torch.backends.quantized.engine}"
+    )
     for name in task.metrics:
         points = 100 * (int8_metrics[name] - fp32_metrics[name])
         verdict = "met" if abs(points) <= GOAL_POINTS else "NOT met"
-        print(f"{name:10s} fp32 {100 * fp32_metrics[name]:.2f}  int8 {100 * int8_metrics[name]:.2f}  "
-              f"({points:+.2f} points; goal: within {GOAL_POINTS}: {verdict})")
+        print(
+            f"{name:10s} fp32 {100 * fp32_metrics[name]:.2f}  int8 {100 * int8_metrics[name]:.2f}  "
+            f"({points:+.2f} points; goal: within {GOAL_POINTS}: {verdict})"
+        )
     print(f"labels     {prediction_agreement(fp32_logits, int8_logits)}")
     cosine = F.cosine_similarity(fp32_vectors, int8_vectors, dim=-1)
-    print(f"<s> vectors (last layer): {embedding_agreement(fp32_vectors, int8_vectors)}, "
-          f"below 0.99: {int(cosine.lt(0.99).sum())} of {len(cosine)}")
+    print(
+        f"<s> vectors (last layer): {embedding_agreement(fp32_vectors, int8_vectors)}, "
+        f"below 0.99: {int(cosine.lt(0.99).sum())} of {len(cosine)}"
+    )
     print(f"weights    fp32 {fp32_mb:.0f} MB, int8 {weights_mb(hub.model):.0f} MB (embeddings stay fp32)")
 
 

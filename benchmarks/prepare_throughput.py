@@ -89,7 +89,9 @@ def plain_tiktoken(lines: list[str]) -> tuple[float, float, np.ndarray]:
     from roberta.tokenizer import CHAR_TO_BYTE, GPT2_PATTERN
 
     encoder = json.loads((BPE / "encoder.json").read_text(encoding="utf-8"))
-    ranks = {bytes(CHAR_TO_BYTE[c] for c in token): i for token, i in encoder.items() if token != "<|endoftext|>"}
+    ranks = {
+        bytes(CHAR_TO_BYTE[c] for c in token): i for token, i in encoder.items() if token != "<|endoftext|>"
+    }
     engine = tiktoken.Encoding("gpt2-plain", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
     cpu, t = time.process_time(), time.perf_counter()
     pieces = engine.encode_ordinary_batch(lines, num_threads=os.cpu_count() or 1)
@@ -116,7 +118,9 @@ def repeat_corpus(files: list[Path], directory: Path, target_bytes: int) -> list
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--big-gb", type=float, default=2.0, help="size of the repeated corpus (0: skip)")
     args = parser.parse_args()
@@ -142,7 +146,10 @@ def main() -> None:
         lines = corpus_lines(files)
         mapping = gpt2_to_model_ids()
         ours = prepared_tokens(tmp / "corpus")
-        for name, encode in (("plain `tokenizers` encode_batch", plain_tokenizers), ("plain `tiktoken` encode_ordinary_batch", plain_tiktoken)):
+        for name, encode in (
+            ("plain `tokenizers` encode_batch", plain_tokenizers),
+            ("plain `tiktoken` encode_ordinary_batch", plain_tiktoken),
+        ):
             wall, cpu, ids = encode(lines)
             same = np.array_equal(mapping[ids], ours)
             rows.append((name, os.cpu_count(), mb, {"wall": wall, "cpu": cpu, "same_ids": same}))
@@ -153,14 +160,18 @@ def main() -> None:
     for name, _, _, s in rows:
         if "cpu_main" in s:
             print(f"{name}: main process {s['cpu_main']:.1f} CPU-s of {s['cpu']:.1f}")
-    print("| run | procs/threads | input MB | wall s | MB/s | MB per CPU-s | peak RSS main / worker MB "
-          "| ids equal to prepare |")
+    print(
+        "| run | procs/threads | input MB | wall s | MB/s | MB per CPU-s | peak RSS main / worker MB "
+        "| ids equal to prepare |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, procs, size_mb, s in rows:
         rss = f"{s['rss_main_mb']:.0f} / {s['rss_worker_mb']:.0f}" if "rss_main_mb" in s else "—"
         same = {True: "yes", False: "NO"}.get(s.get("same_ids"), "—")
-        print(f"| {name} | {procs} | {size_mb:.1f} | {s['wall']:.1f} | {size_mb / s['wall']:.1f} | "
-              f"{size_mb / s['cpu']:.1f} | {rss} | {same} |")
+        print(
+            f"| {name} | {procs} | {size_mb:.1f} | {s['wall']:.1f} | {size_mb / s['wall']:.1f} | "
+            f"{size_mb / s['cpu']:.1f} | {rss} | {same} |"
+        )
 
 
 if __name__ == "__main__":

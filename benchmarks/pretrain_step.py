@@ -34,13 +34,12 @@ from pathlib import Path
 import torch
 
 import harness
-from time_to_quality import model_config
-
 from roberta.config import RobertaConfig
 from roberta.data.masking import IGNORE_INDEX
 from roberta.tasks.pretrain import mlm_loss
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer
+from time_to_quality import model_config
 
 GOALS = {"tiny@128": 2.5, "base@128": 1.5, "base@512": 1.3}  # from the issue: ours / HF tokens/s
 VOCAB = 50265  # the GPT-2 BPE with RoBERTa's dict.txt
@@ -97,7 +96,9 @@ def ours_probe(model, batch: dict) -> torch.Tensor:
 
 def hf_probe(model, batch: dict) -> torch.Tensor:
     tokens = batch["tokens"]
-    return model(input_ids=tokens, attention_mask=tokens.ne(PAD).long()).logits[batch["labels"].ne(IGNORE_INDEX)]
+    return model(input_ids=tokens, attention_mask=tokens.ne(PAD).long()).logits[
+        batch["labels"].ne(IGNORE_INDEX)
+    ]
 
 
 def worker(side: str, shape: Shape, args: argparse.Namespace, corpus: Path) -> None:
@@ -111,10 +112,16 @@ def worker(side: str, shape: Shape, args: argparse.Namespace, corpus: Path) -> N
         import transformers
 
         transformers.utils.logging.disable_progress_bar()
-        model, loss, probe = transformers.RobertaForMaskedLM.from_pretrained(args.models / "hf"), hf_loss, hf_probe
+        model, loss, probe = (
+            transformers.RobertaForMaskedLM.from_pretrained(args.models / "hf"),
+            hf_loss,
+            hf_probe,
+        )
     data = batches(corpus, shape.seq_len, args.batch, 1 + args.slices * args.steps)
     with torch.no_grad():
-        torch.save(probe(model.eval(), {k: v[:PROBE] for k, v in data[0].items()}), args.models / f"{side}-probe.pt")
+        torch.save(
+            probe(model.eval(), {k: v[:PROBE] for k, v in data[0].items()}), args.models / f"{side}-probe.pt"
+        )
     model.train()
     optimizer = build_optimizer(model, OptimSection())
 
@@ -144,12 +151,36 @@ class Worker:
     """The parent's handle on one --worker process, and its peak RSS."""
 
     def __init__(self, side: str, shape: Shape, args: argparse.Namespace):
-        argv = [sys.executable, __file__, "--worker", side, "--models", str(args.models), "--shapes", shape.spec,
-                "--batch", str(args.batch), "--slices", str(args.slices), "--steps", str(args.steps),
-                "--threads", str(args.threads), "--data", str(args.data), "--work", str(args.work)]
+        argv = [
+            sys.executable,
+            __file__,
+            "--worker",
+            side,
+            "--models",
+            str(args.models),
+            "--shapes",
+            shape.spec,
+            "--batch",
+            str(args.batch),
+            "--slices",
+            str(args.slices),
+            "--steps",
+            str(args.steps),
+            "--threads",
+            str(args.threads),
+            "--data",
+            str(args.data),
+            "--work",
+            str(args.work),
+        ]
         self.side = side
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=harness.thread_env(args.threads))
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=harness.thread_env(args.threads),
+        )
         self.peak = harness.PeakRss(self.proc.pid)
         self._answer()  # "ready": loaded and warmed up
 
@@ -178,7 +209,10 @@ def compare(shape: Shape, args: argparse.Namespace, corpus: Path, peak: float) -
     from roberta.model import RobertaModel
 
     config = shape.config()
-    print(f"{shape.spec}: {config.num_layers} x {config.hidden_size}, batch {args.batch} x {shape.seq_len}", flush=True)
+    print(
+        f"{shape.spec}: {config.num_layers} x {config.hidden_size}, batch {args.batch} x {shape.seq_len}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="pretrain-step-") as tmp:
         args.models = Path(tmp)
         torch.manual_seed(0)
@@ -187,34 +221,57 @@ def compare(shape: Shape, args: argparse.Namespace, corpus: Path, peak: float) -
         export_hf(args.models / "hf", model)
         del model
         workers = {"ours": Worker("ours", shape, args), "HF": Worker("hf", shape, args)}
-        difference = (torch.load(args.models / "ours-probe.pt") - torch.load(args.models / "hf-probe.pt")).abs().max()
+        difference = (
+            (torch.load(args.models / "ours-probe.pt") - torch.load(args.models / "hf-probe.pt")).abs().max()
+        )
         print(f"  same weights: largest masked-logit difference {difference:.2e}", flush=True)
-        rates = harness.alternate({name: lambda w=w: w.steps(args.steps) for name, w in workers.items()}, args.slices)
+        rates = harness.alternate(
+            {name: lambda w=w: w.steps(args.steps) for name, w in workers.items()}, args.slices
+        )
         rss = (workers["ours"].close(), workers["HF"].close())
 
     timed = batches(corpus, shape.seq_len, args.batch, 1 + args.slices * args.steps)[1:]
     tokens = sum(int(b["tokens"].ne(PAD).sum()) for b in timed)
     masked = sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in timed)
     per_token = {
-        "ours": harness.training_flops(config, shape.seq_len, tokens, lm_scored=masked, last_layer=masked) / tokens,
+        "ours": harness.training_flops(config, shape.seq_len, tokens, lm_scored=masked, last_layer=masked)
+        / tokens,
         "HF": harness.training_flops(config, shape.seq_len, tokens, lm_scored=tokens) / tokens,
     }
     mfu = tuple(harness.Spread.of(rates[n]).median * per_token[n] / peak for n in ("ours", "HF"))
-    name = (f"pretraining step (fwd + bwd + AdamW), {config.num_layers} x {config.hidden_size}, "
-            f"batch {args.batch} x {shape.seq_len}, vocab 50,265: ours vs HF RobertaForMaskedLM")
-    return harness.compared(name, "tokens/s", rates["ours"], rates["HF"], goal=GOALS.get(shape.spec),
-                            rss_mb=rss, mfu=mfu, memory_goal=True)
+    name = (
+        f"pretraining step (fwd + bwd + AdamW), {config.num_layers} x {config.hidden_size}, "
+        f"batch {args.batch} x {shape.seq_len}, vocab 50,265: ours vs HF RobertaForMaskedLM"
+    )
+    return harness.compared(
+        name,
+        "tokens/s",
+        rates["ours"],
+        rates["HF"],
+        goal=GOALS.get(shape.spec),
+        rss_mb=rss,
+        mfu=mfu,
+        memory_goal=True,
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="tiny@128,base@128", help="comma-separated PRESET[:LxW]@SEQ (default tiny@128,base@128)")
+    p.add_argument(
+        "--shapes",
+        default="tiny@128,base@128",
+        help="comma-separated PRESET[:LxW]@SEQ (default tiny@128,base@128)",
+    )
     p.add_argument("--batch", type=int, default=16, help="sequences per step (default 16)")
     p.add_argument("--slices", type=int, default=3, help="alternation slices (default 3)")
     p.add_argument("--steps", type=int, default=1, help="steps of each side per slice (default 1)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
-    p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="cache: the prepared corpus")
+    p.add_argument(
+        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
+    )
+    p.add_argument(
+        "--work", type=Path, default=harness.ROOT / "runs" / "bench", help="cache: the prepared corpus"
+    )
     p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
     p.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)  # one side's process

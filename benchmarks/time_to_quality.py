@@ -75,7 +75,9 @@ def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
 def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:
     """As `roberta pretrain` computes them: the real tokens only, the last layer and the LM head at the
     masked positions."""
-    return model.lm_logits(model(batch["tokens"], select=batch["labels"].ne(IGNORE_INDEX), unpad=True).last_hidden_state)
+    return model.lm_logits(
+        model(batch["tokens"], select=batch["labels"].ne(IGNORE_INDEX), unpad=True).last_hidden_state
+    )
 
 
 def hf_loss(model, batch: dict) -> torch.Tensor:
@@ -94,12 +96,21 @@ def hf_model(config: RobertaConfig):
     from transformers import RobertaForMaskedLM
 
     hf = HFConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.ffn_size,
-        max_position_embeddings=config.max_positions, pad_token_id=config.padding_idx, bos_token_id=0,
-        eos_token_id=2, type_vocab_size=1, layer_norm_eps=config.layer_norm_eps,
-        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.attention_dropout,
-        initializer_range=config.init_std, tie_word_embeddings=True,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.ffn_size,
+        max_position_embeddings=config.max_positions,
+        pad_token_id=config.padding_idx,
+        bos_token_id=0,
+        eos_token_id=2,
+        type_vocab_size=1,
+        layer_norm_eps=config.layer_norm_eps,
+        hidden_dropout_prob=config.dropout,
+        attention_probs_dropout_prob=config.attention_dropout,
+        initializer_range=config.init_std,
+        tie_word_embeddings=True,
     )
     model = RobertaForMaskedLM(hf)
     assert model.config._attn_implementation == "sdpa"  # the same attention kernel as ours
@@ -121,7 +132,12 @@ def evaluate(c: Contender, batches: list[dict]) -> tuple[float, float]:
 
 
 def train_slice(
-    c: Contender, seconds: float, budget: float, peak: float, schedule: ScheduleSection, short_until: float = 0.0,
+    c: Contender,
+    seconds: float,
+    budget: float,
+    peak: float,
+    schedule: ScheduleSection,
+    short_until: float = 0.0,
     clock: Callable[[], float] = time.perf_counter,
 ) -> None:
     started = time.perf_counter()
@@ -158,9 +174,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     data_root = Path(os.environ.get("ROBERTA_DATA", ROOT.parent / "shared" / "data"))
     p.add_argument("--minutes", type=float, default=20.0, help="training-time budget per model (default 20)")
-    p.add_argument("--slice", type=float, default=60.0, help="seconds each model trains before the other (default 60)")
+    p.add_argument(
+        "--slice", type=float, default=60.0, help="seconds each model trains before the other (default 60)"
+    )
     p.add_argument("--corpus", type=Path, default=data_root / "corpus")
-    p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench", help="tokenizer + prepared corpus cache")
+    p.add_argument(
+        "--work", type=Path, default=ROOT / "runs" / "bench", help="tokenizer + prepared corpus cache"
+    )
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -168,26 +188,51 @@ def main() -> None:
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--shape", default="tiny", metavar="PRESET[:LAYERSxWIDTH[xHEADS]]",
-                   help="model shape: a preset, optionally narrowed, e.g. tiny:2x128 (heads = width/64 unless given, "
-                        "FFN = 4 x width)")
+    p.add_argument(
+        "--shape",
+        default="tiny",
+        metavar="PRESET[:LAYERSxWIDTH[xHEADS]]",
+        help="model shape: a preset, optionally narrowed, e.g. tiny:2x128 (heads = width/64 unless given, "
+        "FFN = 4 x width)",
+    )
     p.add_argument("--dropout", type=float, help="hidden and attention dropout (default: the preset's)")
-    p.add_argument("--mask-prob", type=float, default=0.15,
-                   help="training masking rate (default 0.15); evaluation always masks 15%% of 128-token sequences")
+    p.add_argument(
+        "--mask-prob",
+        type=float,
+        default=0.15,
+        help="training masking rate (default 0.15); evaluation always masks 15%% of 128-token sequences",
+    )
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--init-std", type=float, help="std of the normal initialisation (default: the preset's, 0.02)")
-    p.add_argument("--position-init", choices=("normal", "sinusoidal"), default="normal",
-                   help="the learned position embeddings start as the other weights do (normal) or as the original "
-                        "Transformer's sinusoids at the same std (still learned: the architecture is unchanged)")
-    p.add_argument("--short-seq-len", type=int, help="train on sequences this long first (same tokens per batch)")
+    p.add_argument(
+        "--init-std", type=float, help="std of the normal initialisation (default: the preset's, 0.02)"
+    )
+    p.add_argument(
+        "--position-init",
+        choices=("normal", "sinusoidal"),
+        default="normal",
+        help="the learned position embeddings start as the other weights do (normal) or as the original "
+        "Transformer's sinusoids at the same std (still learned: the architecture is unchanged)",
+    )
+    p.add_argument(
+        "--short-seq-len", type=int, help="train on sequences this long first (same tokens per batch)"
+    )
     p.add_argument("--short-fraction", type=float, default=0.0, help="share of the budget on --short-seq-len")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="what the budget counts: wall seconds, or this process' CPU seconds (with --threads 1, "
-                        "a recipe search that shares the host with other jobs; default wall)")
-    p.add_argument("--checkpoint", type=Path,
-                   help="save our trained model here (a checkpoint with the tokenizer: fine-tune it, serve it)")
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="what the budget counts: wall seconds, or this process' CPU seconds (with --threads 1, "
+        "a recipe search that shares the host with other jobs; default wall)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="save our trained model here (a checkpoint with the tokenizer: fine-tune it, serve it)",
+    )
     p.add_argument("--sides", default="ours,hf", help="who trains: ours, hf or both (default ours,hf)")
-    p.add_argument("--out", type=Path, help="result.json + curves.png (default benchmarks/time_to_quality/SHAPE)")
+    p.add_argument(
+        "--out", type=Path, help="result.json + curves.png (default benchmarks/time_to_quality/SHAPE)"
+    )
     args = p.parse_args()
     args.out = args.out or ROOT / "benchmarks" / "time_to_quality" / args.shape.replace(":", "-")
     torch.set_num_threads(args.threads)
@@ -196,12 +241,18 @@ def main() -> None:
     data = DataConfig(seq_len=args.seq_len, masking=MaskingConfig(mask_prob=args.mask_prob))
     train_set = PretrainDataset(corpus, config=data, micro_batch_size=args.batch, seed=args.seed)
     # One held-out set for every recipe: 8 x 128-token sequences per batch, 15% masked.
-    valid_set = PretrainDataset(corpus, split="valid", config=DataConfig(seq_len=EVAL_SEQ_LEN),
-                                micro_batch_size=8, seed=args.seed)
+    valid_set = PretrainDataset(
+        corpus, split="valid", config=DataConfig(seq_len=EVAL_SEQ_LEN), micro_batch_size=8, seed=args.seed
+    )
     valid = [b for _, b in zip(range(args.eval_batches), PretrainLoader(valid_set, epochs=1))]
 
-    config = model_config(args.shape, args.dropout, train_set.specials.vocab_size, max(args.seq_len, EVAL_SEQ_LEN),
-                          args.init_std)
+    config = model_config(
+        args.shape,
+        args.dropout,
+        train_set.specials.vocab_size,
+        max(args.seq_len, EVAL_SEQ_LEN),
+        args.init_std,
+    )
     contenders = []
     for side in args.sides.split(","):
         torch.manual_seed(args.seed)
@@ -228,8 +279,10 @@ def main() -> None:
         c.batches = iter(PretrainLoader(train_set))  # the same batches and masks, in the same order
         if args.short_seq_len:
             short = PretrainDataset(
-                corpus, config=DataConfig(seq_len=args.short_seq_len, masking=data.masking),
-                micro_batch_size=args.batch * args.seq_len // args.short_seq_len, seed=args.seed,
+                corpus,
+                config=DataConfig(seq_len=args.short_seq_len, masking=data.masking),
+                micro_batch_size=args.batch * args.seq_len // args.short_seq_len,
+                seed=args.seed,
             )
             c.short_batches = iter(PretrainLoader(short))
     budget = args.minutes * 60
@@ -244,13 +297,19 @@ def main() -> None:
                 continue
             train_slice(c, args.slice, budget, args.lr, schedule, args.short_fraction * budget, clock)
             loss, acc = evaluate(c, valid)
-            c.history.append({"seconds": c.seconds, "step": c.step, "tokens": c.tokens, "loss": loss, "accuracy": acc})
-            print(f"{c.name:>16}: {c.seconds / 60:5.1f} min, step {c.step:5d}, "
-                  f"{c.tokens / c.seconds:6.0f} tok/s, valid loss {loss:.3f}, masked-token accuracy {acc:.2%}", flush=True)
+            c.history.append(
+                {"seconds": c.seconds, "step": c.step, "tokens": c.tokens, "loss": loss, "accuracy": acc}
+            )
+            print(
+                f"{c.name:>16}: {c.seconds / 60:5.1f} min, step {c.step:5d}, "
+                f"{c.tokens / c.seconds:6.0f} tok/s, valid loss {loss:.3f}, masked-token accuracy {acc:.2%}",
+                flush=True,
+            )
 
     args.out.mkdir(parents=True, exist_ok=True)
     result = {
-        "command": "benchmarks/time_to_quality.py " + " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()),
+        "command": "benchmarks/time_to_quality.py "
+        + " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()),
         "wall_minutes": (time.time() - started) / 60,
         "warmup_fraction": args.warmup_fraction,
         "valid_masked_tokens": sum(int(b["labels"].ne(IGNORE_INDEX).sum()) for b in valid),
@@ -267,8 +326,10 @@ def main() -> None:
     plot(result, args.out / "curves.png")
     for c in contenders:
         last = c.history[-1]
-        print(f"{c.name}: {last['step']} steps, {last['tokens']} tokens in {last['seconds'] / 60:.1f} min, "
-              f"valid loss {last['loss']:.3f}, accuracy {last['accuracy']:.2%}")
+        print(
+            f"{c.name}: {last['step']} steps, {last['tokens']} tokens in {last['seconds'] / 60:.1f} min, "
+            f"valid loss {last['loss']:.3f}, accuracy {last['accuracy']:.2%}"
+        )
     print(f"unigram baseline accuracy {result['unigram_baseline_accuracy']:.2%}; written {args.out}")
 
 
@@ -306,7 +367,9 @@ def plot(result: dict, out: Path) -> None:
         minutes = [r["seconds"] / 60 for r in rows]
         axes[0].plot(minutes, [r["loss"] for r in rows], marker="o", markersize=3, label=name)
         axes[1].plot(minutes, [100 * r["accuracy"] for r in rows], marker="o", markersize=3, label=name)
-    axes[1].axhline(100 * result["unigram_baseline_accuracy"], color="grey", linestyle=":", label="unigram baseline")
+    axes[1].axhline(
+        100 * result["unigram_baseline_accuracy"], color="grey", linestyle=":", label="unigram baseline"
+    )
     axes[0].set(title="held-out masked-LM loss", xlabel="training minutes (2-core CPU)", ylabel="nats")
     axes[1].set(title="held-out masked-token accuracy", xlabel="training minutes (2-core CPU)", ylabel="%")
     for ax in axes:

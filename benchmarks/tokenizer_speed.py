@@ -64,14 +64,18 @@ def main() -> None:
     engines = {
         "tiktoken encode_ordinary_batch (+ id lookup)": plain_tiktoken,
         "roberta tokenize_ids_flat (tiktoken engine)": lambda: tok.tokenize_ids_flat(lines)[0],
-        "roberta tokenize_ids_flat (tokenizers engine)": lambda: tok.tokenize_ids_flat(lines, engine="tokenizers")[0],
+        "roberta tokenize_ids_flat (tokenizers engine)": lambda: tok.tokenize_ids_flat(
+            lines, engine="tokenizers"
+        )[0],
     }
     results = {name: measure(run, options.repeats) for name, run in engines.items()}
     reference = next(iter(results.values()))[2]
     assert all(np.array_equal(ids, reference) for _, _, ids in results.values()), "engines disagree"
 
-    print(f"{megabytes:.1f} MB, {len(lines)} lines, {len(reference)} tokens, {threads} threads, "
-          f"best of {options.repeats}")
+    print(
+        f"{megabytes:.1f} MB, {len(lines)} lines, {len(reference)} tokens, {threads} threads, "
+        f"best of {options.repeats}"
+    )
     print("| engine | wall s | MB/s wall | CPU s | MB/s per CPU-second |")
     print("|---|---|---|---|---|")
     for name, (wall, cpu, _) in results.items():

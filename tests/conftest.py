@@ -46,7 +46,9 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-MICRO_WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
+MICRO_WORDS = (
+    "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
+)
 
 
 @pytest.fixture(scope="session")
@@ -58,8 +60,10 @@ def micro_corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("micro-corpus")
     rng = random.Random(0)
     docs = [
-        "\n".join(" ".join(rng.choice(MICRO_WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
-                  for _ in range(rng.randint(3, 8)))
+        "\n".join(
+            " ".join(rng.choice(MICRO_WORDS) for _ in range(rng.randint(4, 12))).capitalize() + "."
+            for _ in range(rng.randint(3, 8))
+        )
         for _ in range(120)
     ]
     text = root / "text.txt"

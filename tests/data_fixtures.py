@@ -1,4 +1,4 @@
-"""Helpers for the data tests: a tiny byte-level tokenizer and generated text corpora."""
+"""Helpers for the tests: a tiny byte-level tokenizer, generated text corpora, a micro checkpoint."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roberta.tokenizer import BYTE_TO_CHAR
+from roberta.tokenizer import BYTE_TO_CHAR, load_tokenizer
 
 WORDS = (
     "the a of and to in is was for on that with as by at from it his an were are which this be "
@@ -22,7 +22,9 @@ def write_byte_tokenizer(directory: Path) -> Path:
     merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("Ġ", "a"), ("i", "n")]
     tokens = ["<s>", "<pad>", "</s>", "<unk>", *BYTE_TO_CHAR.values(), *(a + b for a, b in merges), "<mask>"]
     (directory / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
-    (directory / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    (directory / "merges.txt").write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8"
+    )
     return directory
 
 
@@ -42,3 +44,31 @@ def write_text(path: Path, documents: list[list[str]]) -> Path:
     """Lines are sentences, a blank line ends a document (with some untidy whitespace kept in)."""
     path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
     return path
+
+
+def save_micro_checkpoint(directory: Path, shared_data: Path, heads: dict[str, int] | None = None) -> Path:
+    """A micro model (2 x 64, 130 positions, seed 0) with the GPT-2 tokenizer and `heads` (name:
+    classes), saved as our checkpoint."""
+    import torch
+
+    from roberta import RobertaConfig, RobertaModel, checkpoint
+
+    tok = load_tokenizer(shared_data / "gpt2_bpe")
+    torch.manual_seed(0)
+    config = RobertaConfig(
+        vocab_size=tok.vocab_size, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128, max_positions=130
+    )
+    model = RobertaModel(config)
+    for name, classes in (heads or {}).items():
+        model.add_classification_head(name, classes)
+    return checkpoint.save(directory, model, tok)
+
+
+def glue_slice(directory: Path, shared_data: Path, task: str, rows: int) -> Path:
+    """directory/TASK with the first `rows` training rows of a GLUE task as both train.tsv and dev.tsv."""
+    root = directory / task
+    root.mkdir(parents=True)
+    lines = (shared_data / "glue" / task / "train.tsv").read_text().splitlines(keepends=True)[: rows + 1]
+    for name in ("train.tsv", "dev.tsv"):
+        (root / name).write_text("".join(lines))
+    return root

@@ -22,11 +22,14 @@ import torch
 
 import refusals
 import roberta
+from data_fixtures import glue_slice
 from refusals import Case
 from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.hub import Roberta
 from roberta.model import SpanHead
 from roberta.tokenizer import load_tokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 
 # 2 x 64 with GPT-2's vocabulary; 130 positions hold a 128-token window.
 MICRO = dict(hidden_size=64, num_layers=2, num_heads=4, ffn_size=128, max_positions=130)
@@ -53,9 +56,24 @@ class Env(refusals.Env):
         a = self.assets
         data = {
             "glue": ["--task", "SST-2", "--data", str(a.glue / "SST-2")],
-            "classify": ["--train", str(a.classify / "train.csv"), "--dev", str(a.classify / "dev.csv"),
-                         "--text-column", "text", "--label-column", "label"],
-            "squad": ["--version", "1.1", "--train", str(a.squad / "v1.1.json"), "--dev", str(a.squad / "v1.1.json")],
+            "classify": [
+                "--train",
+                str(a.classify / "train.csv"),
+                "--dev",
+                str(a.classify / "dev.csv"),
+                "--text-column",
+                "text",
+                "--label-column",
+                "label",
+            ],
+            "squad": [
+                "--version",
+                "1.1",
+                "--train",
+                str(a.squad / "v1.1.json"),
+                "--dev",
+                str(a.squad / "v1.1.json"),
+            ],
             "race": ["--data", str(a.race)],
         }[family]
         return ["finetune", family, *data, "--init", str(a.checkpoint), "--out", str(self.work / out), *extra]
@@ -81,11 +99,6 @@ def race_slice(source: Path, target: Path, count: int) -> None:
             shutil.copy(path, target / level / path.name)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
-
-
 @pytest.fixture(scope="module")
 def assets(shared_data, tmp_path_factory) -> Assets:
     root = tmp_path_factory.mktemp("finetune-assets")
@@ -95,10 +108,7 @@ def assets(shared_data, tmp_path_factory) -> Assets:
     hub.register_classification_head("sentiment", 2)
     ckpt = checkpoint.save(root / "checkpoint", hub.model, tokenizer)
     for task in ("SST-2", "STS-B", "RTE"):
-        lines = (shared_data / "glue" / task / "train.tsv").read_text().splitlines(keepends=True)[:33]
-        (root / "glue" / task).mkdir(parents=True)
-        for name in ("train.tsv", "dev.tsv"):
-            (root / "glue" / task / name).write_text("".join(lines))
+        glue_slice(root / "glue", shared_data, task, 32)
     (root / "squad").mkdir()
     for version in ("1.1", "2.0"):
         sliced = squad_slice(shared_data / "squad" / f"dev-v{version}.json", 8)
@@ -108,8 +118,12 @@ def assets(shared_data, tmp_path_factory) -> Assets:
     (root / "classify").mkdir()
     rows = [("a fine film", "pos"), ("a dull film", "neg")] * 8
     for name in ("train", "dev"):
-        (root / "classify" / f"{name}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
-        (root / "classify" / f"{name}.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+        (root / "classify" / f"{name}.csv").write_text(
+            "text,label\n" + "".join(f"{t},{y}\n" for t, y in rows)
+        )
+        (root / "classify" / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows)
+        )
     return Assets(root, ckpt, hub, root / "glue", root / "squad", root / "race", root / "classify")
 
 
@@ -123,8 +137,24 @@ def finished_glue_run(env: Env) -> Path:
 
     run = env.assets.root.parent / "finetune-runs" / "finished"
     if not run.is_dir():
-        assert main(["finetune", "glue", "--task", "SST-2", "--data", str(env.assets.glue / "SST-2"),
-                         "--init", str(env.assets.checkpoint), "--out", str(run), *SHORT]) == 0
+        assert (
+            main(
+                [
+                    "finetune",
+                    "glue",
+                    "--task",
+                    "SST-2",
+                    "--data",
+                    str(env.assets.glue / "SST-2"),
+                    "--init",
+                    str(env.assets.checkpoint),
+                    "--out",
+                    str(run),
+                    *SHORT,
+                ]
+            )
+            == 0
+        )
     return run
 
 
@@ -148,7 +178,8 @@ def in_work(env: Env, kind: str, argv: list[str]) -> list[str]:
 
 
 def checkpoint_with_head(env: Env, name: str, add) -> str:
-    """The assets' checkpoint with `add(model)` applied (a head of another kind, size or labels), under work/."""
+    """The assets' checkpoint with `add(model)` applied (a head of another kind, size or labels), under
+    work/."""
     model, tokenizer = checkpoint.load(env.assets.checkpoint)
     add(model)
     return str(checkpoint.save(env.work / f"init-{name}", model, tokenizer))
@@ -197,107 +228,280 @@ def classify_with(env: Env, train: str, dev: str, *extra: str) -> list[str]:
 
 def rte(env: Env, *extra: str) -> list[str]:
     """`roberta finetune glue` on the assets' RTE (sentence pairs)."""
-    return ["finetune", "glue", "--task", "RTE", "--data", str(env.assets.glue / "RTE"), "--init", str(env.assets.checkpoint),
-            "--out", str(env.work / "run"), *extra]
+    return [
+        "finetune",
+        "glue",
+        "--task",
+        "RTE",
+        "--data",
+        str(env.assets.glue / "RTE"),
+        "--init",
+        str(env.assets.checkpoint),
+        "--out",
+        str(env.work / "run"),
+        *extra,
+    ]
 
 
 def jsonl(env: Env, name: str, labels: list) -> str:
-    return env.file(name, "".join(json.dumps({"text": f"film {i}", "label": y}) + "\n" for i, y in enumerate(labels)))
+    return env.file(
+        name, "".join(json.dumps({"text": f"film {i}", "label": y}) + "\n" for i, y in enumerate(labels))
+    )
 
 
 FINETUNE_CASES: list[Case] = [
     # Options that mean nothing, refused before the run directory is made.
-    Case("finetune/best-metric-bogus", "train.best_metric", argv=lambda e: e.finetune("glue", "--train.best_metric=bogus")),
-    Case("finetune/best-metric-not-squad", "is not one of squad's evaluation figures",
-         argv=lambda e: e.finetune("squad", "--stride", "32", "--train.best_metric=accuracy")),
-    Case("finetune/best-metric-race-set-name-without-test", "'dev/middle'",
-         argv=lambda e: e.finetune("race", "--train.best_metric=dev/middle")),
-    Case("finetune/max-length-below-one-token", "data.max_length = 2 cannot hold <s> text </s>",
-         argv=lambda e: e.finetune("classify", "--data.max_length=2")),
-    Case("finetune/max-length-pair", "data.max_length = 5 cannot hold <s> text </s></s> pair </s>",
-         argv=lambda e: rte(e, "--data.max_length=5")),
-    Case("finetune/max-length-race", "data.max_length = 5", argv=lambda e: e.finetune("race", "--data.max_length=5")),
-    Case("finetune/max-length-race-no-room-for-passage", "leaves no room for the passage",
-         argv=lambda e: e.finetune("race", "--data.max_length=20", "--max-qa", "16")),
-    Case("finetune/max-length-squad", "data.max_length = 4", argv=lambda e: e.finetune("squad", "--data.max_length=4")),
-    Case("finetune/max-qa-zero", "--max-qa must be at least 1, not 0", argv=lambda e: e.finetune("race", "--max-qa", "0")),
-    Case("finetune/max-qa-negative", "--max-qa must be at least 1, not -3",
-         argv=lambda e: e.finetune("race", "--max-qa", "-3")),
-    Case("finetune/model-num-layers", "model.num_layers = 4: a fine-tuned model's shape comes from",
-         argv=lambda e: e.finetune("glue", "--model.num_layers=4")),
-    Case("finetune/model-hidden-size", "model.hidden_size", argv=lambda e: e.finetune("classify", "--model.hidden_size=128")),
-    Case("finetune/model-preset", "model.preset = 'large'", argv=lambda e: e.finetune("squad", "--model.preset=large")),
-    Case("finetune/model-position-init", "model.position_init",
-         argv=lambda e: e.finetune("race", "--model.position_init=sinusoidal")),
-    Case("finetune/model-classifier-dropout-out-of-range", "model.classifier_dropout",
-         argv=lambda e: e.finetune("glue", "--model.classifier_dropout=1.5")),
-    Case("finetune/eval-every-zero", "--eval-every must be at least 1", argv=lambda e: e.finetune("glue", "--eval-every", "0")),
-    Case("finetune/seeds-zero", "--seeds must be at least 1", argv=lambda e: e.finetune("glue", "--seeds", "0")),
+    Case(
+        "finetune/best-metric-bogus",
+        "train.best_metric",
+        argv=lambda e: e.finetune("glue", "--train.best_metric=bogus"),
+    ),
+    Case(
+        "finetune/best-metric-not-squad",
+        "is not one of squad's evaluation figures",
+        argv=lambda e: e.finetune("squad", "--stride", "32", "--train.best_metric=accuracy"),
+    ),
+    Case(
+        "finetune/best-metric-race-set-name-without-test",
+        "'dev/middle'",
+        argv=lambda e: e.finetune("race", "--train.best_metric=dev/middle"),
+    ),
+    Case(
+        "finetune/max-length-below-one-token",
+        "data.max_length = 2 cannot hold <s> text </s>",
+        argv=lambda e: e.finetune("classify", "--data.max_length=2"),
+    ),
+    Case(
+        "finetune/max-length-pair",
+        "data.max_length = 5 cannot hold <s> text </s></s> pair </s>",
+        argv=lambda e: rte(e, "--data.max_length=5"),
+    ),
+    Case(
+        "finetune/max-length-race",
+        "data.max_length = 5",
+        argv=lambda e: e.finetune("race", "--data.max_length=5"),
+    ),
+    Case(
+        "finetune/max-length-race-no-room-for-passage",
+        "leaves no room for the passage",
+        argv=lambda e: e.finetune("race", "--data.max_length=20", "--max-qa", "16"),
+    ),
+    Case(
+        "finetune/max-length-squad",
+        "data.max_length = 4",
+        argv=lambda e: e.finetune("squad", "--data.max_length=4"),
+    ),
+    Case(
+        "finetune/max-qa-zero",
+        "--max-qa must be at least 1, not 0",
+        argv=lambda e: e.finetune("race", "--max-qa", "0"),
+    ),
+    Case(
+        "finetune/max-qa-negative",
+        "--max-qa must be at least 1, not -3",
+        argv=lambda e: e.finetune("race", "--max-qa", "-3"),
+    ),
+    Case(
+        "finetune/model-num-layers",
+        "model.num_layers = 4: a fine-tuned model's shape comes from",
+        argv=lambda e: e.finetune("glue", "--model.num_layers=4"),
+    ),
+    Case(
+        "finetune/model-hidden-size",
+        "model.hidden_size",
+        argv=lambda e: e.finetune("classify", "--model.hidden_size=128"),
+    ),
+    Case(
+        "finetune/model-preset",
+        "model.preset = 'large'",
+        argv=lambda e: e.finetune("squad", "--model.preset=large"),
+    ),
+    Case(
+        "finetune/model-position-init",
+        "model.position_init",
+        argv=lambda e: e.finetune("race", "--model.position_init=sinusoidal"),
+    ),
+    Case(
+        "finetune/model-classifier-dropout-out-of-range",
+        "model.classifier_dropout",
+        argv=lambda e: e.finetune("glue", "--model.classifier_dropout=1.5"),
+    ),
+    Case(
+        "finetune/eval-every-zero",
+        "--eval-every must be at least 1",
+        argv=lambda e: e.finetune("glue", "--eval-every", "0"),
+    ),
+    Case(
+        "finetune/seeds-zero", "--seeds must be at least 1", argv=lambda e: e.finetune("glue", "--seeds", "0")
+    ),
     # A sweep's fourth member (batch 32) cannot split into micro-batches of 24: no member's directory is made.
-    Case("finetune/sweep-member-four-invalid", "train.batch_size = 32 is not a multiple",
-         argv=lambda e: e.finetune("glue", "--sweep", "--train.micro_batch_size=24", *SHORT)),
+    Case(
+        "finetune/sweep-member-four-invalid",
+        "train.batch_size = 32 is not a multiple",
+        argv=lambda e: e.finetune("glue", "--sweep", "--train.micro_batch_size=24", *SHORT),
+    ),
     # Data files: every one read and checked before training.
-    Case("finetune/squad-dev-no-questions", "dev.json: no questions",
-         argv=lambda e: squad_with(e, dev=e.file("dev.json", '{"version": "1.1", "data": []}'))),
-    Case("finetune/squad-train-no-questions", "train.json: no questions",
-         argv=lambda e: squad_with(e, train=e.file("train.json", '{"version": "1.1", "data": [{"paragraphs": []}]}'))),
+    Case(
+        "finetune/squad-dev-no-questions",
+        "dev.json: no questions",
+        argv=lambda e: squad_with(e, dev=e.file("dev.json", '{"version": "1.1", "data": []}')),
+    ),
+    Case(
+        "finetune/squad-train-no-questions",
+        "train.json: no questions",
+        argv=lambda e: squad_with(
+            e, train=e.file("train.json", '{"version": "1.1", "data": [{"paragraphs": []}]}')
+        ),
+    ),
     # Every answer_start off by one: refused in one line, the skipped-question warning not printed first.
-    Case("finetune/squad-every-answer-mismatched", "no question could be trained on",
-         argv=lambda e: squad_with(e, train=squad_file(e, "train.json", shifted_answers))),
+    Case(
+        "finetune/squad-every-answer-mismatched",
+        "no question could be trained on",
+        argv=lambda e: squad_with(e, train=squad_file(e, "train.json", shifted_answers)),
+    ),
     Case("finetune/race-dev-empty", "no RACE questions", argv=lambda e: race_with_empty(e, "dev")),
     Case("finetune/race-test-empty", "no RACE questions", argv=lambda e: race_with_empty(e, "test")),
-    Case("finetune/classify-one-label", "classification needs two labels",
-         argv=lambda e: classify_with(e, e.file("one.csv", "text,label\na,pos\nb,pos\n"), str(e.assets.classify / "dev.csv"))),
-    Case("finetune/classify-regression-one-dev-row", "Pearson and Spearman need two dev examples",
-         argv=lambda e: classify_with(e, e.file("t.csv", "text,label\na,1.5\nb,2\n"), e.file("d.csv", "text,label\na,1\n"),
-                                      "--regression")),
-    Case("finetune/jsonl-label-null", "label null is not a string",
-         argv=lambda e: classify_with(e, jsonl(e, "t.jsonl", [0, None, 1]), str(e.assets.classify / "dev.jsonl"))),
-    Case("finetune/jsonl-label-object", "is not a string, a finite number",
-         argv=lambda e: classify_with(e, jsonl(e, "t.jsonl", [0, {"a": 1}]), str(e.assets.classify / "dev.jsonl"))),
+    Case(
+        "finetune/classify-one-label",
+        "classification needs two labels",
+        argv=lambda e: classify_with(
+            e, e.file("one.csv", "text,label\na,pos\nb,pos\n"), str(e.assets.classify / "dev.csv")
+        ),
+    ),
+    Case(
+        "finetune/classify-regression-one-dev-row",
+        "Pearson and Spearman need two dev examples",
+        argv=lambda e: classify_with(
+            e,
+            e.file("t.csv", "text,label\na,1.5\nb,2\n"),
+            e.file("d.csv", "text,label\na,1\n"),
+            "--regression",
+        ),
+    ),
+    Case(
+        "finetune/jsonl-label-null",
+        "label null is not a string",
+        argv=lambda e: classify_with(
+            e, jsonl(e, "t.jsonl", [0, None, 1]), str(e.assets.classify / "dev.jsonl")
+        ),
+    ),
+    Case(
+        "finetune/jsonl-label-object",
+        "is not a string, a finite number",
+        argv=lambda e: classify_with(
+            e, jsonl(e, "t.jsonl", [0, {"a": 1}]), str(e.assets.classify / "dev.jsonl")
+        ),
+    ),
     # JSONL labels by value: 1 and 1.0 are one class, so a dev label 2.0 is named as "2", not in training.
-    Case("finetune/jsonl-dev-label-by-value", "d.jsonl:1: label '2' is not one of the training labels (0, 1)",
-         argv=lambda e: classify_with(e, jsonl(e, "t.jsonl", [0, 1, 1.0, "0"]), jsonl(e, "d.jsonl", [2.0]))),
+    Case(
+        "finetune/jsonl-dev-label-by-value",
+        "d.jsonl:1: label '2' is not one of the training labels (0, 1)",
+        argv=lambda e: classify_with(e, jsonl(e, "t.jsonl", [0, 1, 1.0, "0"]), jsonl(e, "d.jsonl", [2.0])),
+    ),
     # The head in --init against the task.
-    Case("finetune/init-head-other-labels", "head 'classifier' was trained on the labels bad, good but this data has neg, pos",
-         argv=lambda e: classify_with(e, str(e.assets.classify / "train.csv"), str(e.assets.classify / "dev.csv"),
-                                      "--init", checkpoint_with_head(e, "labels", lambda m: m.add_classification_head(
-                                          "classifier", 2, labels=("bad", "good"))))),
-    Case("finetune/init-head-wrong-kind-squad", "head 'squad' is a classification head but the task needs a span head",
-         argv=lambda e: e.finetune("squad", "--init", checkpoint_with_head(
-             e, "kind", lambda m: m.add_classification_head("squad", 2)))),
-    Case("finetune/init-head-wrong-size-race", "head 'race' has 4 outputs but the task has 1",
-         argv=lambda e: e.finetune("race", "--init", checkpoint_with_head(
-             e, "size", lambda m: m.add_classification_head("race", 4)))),
+    Case(
+        "finetune/init-head-other-labels",
+        "head 'classifier' was trained on the labels bad, good but this data has neg, pos",
+        argv=lambda e: classify_with(
+            e,
+            str(e.assets.classify / "train.csv"),
+            str(e.assets.classify / "dev.csv"),
+            "--init",
+            checkpoint_with_head(
+                e, "labels", lambda m: m.add_classification_head("classifier", 2, labels=("bad", "good"))
+            ),
+        ),
+    ),
+    Case(
+        "finetune/init-head-wrong-kind-squad",
+        "head 'squad' is a classification head but the task needs a span head",
+        argv=lambda e: e.finetune(
+            "squad",
+            "--init",
+            checkpoint_with_head(e, "kind", lambda m: m.add_classification_head("squad", 2)),
+        ),
+    ),
+    Case(
+        "finetune/init-head-wrong-size-race",
+        "head 'race' has 4 outputs but the task has 1",
+        argv=lambda e: e.finetune(
+            "race", "--init", checkpoint_with_head(e, "size", lambda m: m.add_classification_head("race", 4))
+        ),
+    ),
     # --out: a directory that holds a run (finished or killed) or anything else is left untouched.
-    Case("finetune/out-holds-finished-run", "already holds a finished run; pass --resume to continue it or --overwrite",
-         argv=lambda e: in_work(e, "finished", e.finetune("glue", *SHORT))),
-    Case("finetune/out-holds-killed-run", "already holds an unfinished run",
-         argv=lambda e: in_work(e, "killed", e.finetune("glue", *SHORT))),
-    Case("finetune/out-holds-run-killed-early", "already holds an unfinished run",
-         argv=lambda e: in_work(e, "early", e.finetune("glue", *SHORT))),
-    Case("finetune/out-holds-finished-run-seeds", "already holds a finished run",
-         argv=lambda e: in_work(e, "finished", e.finetune("glue", "--seeds", "2", *SHORT))),
-    Case("finetune/out-holds-foreign-file", "not empty (it holds 'notes.txt')",
-         argv=lambda e: (e.file("run/notes.txt", "mine"), e.finetune("classify"))[-1]),
-    Case("finetune/out-is-a-file", "exists and is not a directory",
-         argv=lambda e: (e.file("run", "mine"), e.finetune("race"))[-1]),
-    Case("finetune/resume-and-overwrite", "--resume and --overwrite",
-         argv=lambda e: in_work(e, "killed", e.finetune("glue", "--resume", "--overwrite"))),
+    Case(
+        "finetune/out-holds-finished-run",
+        "already holds a finished run; pass --resume to continue it or --overwrite",
+        argv=lambda e: in_work(e, "finished", e.finetune("glue", *SHORT)),
+    ),
+    Case(
+        "finetune/out-holds-killed-run",
+        "already holds an unfinished run",
+        argv=lambda e: in_work(e, "killed", e.finetune("glue", *SHORT)),
+    ),
+    Case(
+        "finetune/out-holds-run-killed-early",
+        "already holds an unfinished run",
+        argv=lambda e: in_work(e, "early", e.finetune("glue", *SHORT)),
+    ),
+    Case(
+        "finetune/out-holds-finished-run-seeds",
+        "already holds a finished run",
+        argv=lambda e: in_work(e, "finished", e.finetune("glue", "--seeds", "2", *SHORT)),
+    ),
+    Case(
+        "finetune/out-holds-foreign-file",
+        "not empty (it holds 'notes.txt')",
+        argv=lambda e: (e.file("run/notes.txt", "mine"), e.finetune("classify"))[-1],
+    ),
+    Case(
+        "finetune/out-is-a-file",
+        "exists and is not a directory",
+        argv=lambda e: (e.file("run", "mine"), e.finetune("race"))[-1],
+    ),
+    Case(
+        "finetune/resume-and-overwrite",
+        "--resume and --overwrite",
+        argv=lambda e: in_work(e, "killed", e.finetune("glue", "--resume", "--overwrite")),
+    ),
     Case("finetune/resume-nothing", "no run to continue", argv=lambda e: e.finetune("glue", "--resume")),
-    Case("finetune/resume-foreign-file", "holds 'notes.txt', which is not a run",
-         argv=lambda e: (run_in_work(e, "killed"), e.file("run/notes.txt", "mine"), e.finetune("glue", "--resume"))[-1]),
-    Case("finetune/resume-seeds-root-holds-single-run", "which is not a member of this command's --seeds/--sweep",
-         argv=lambda e: in_work(e, "killed", e.finetune("glue", "--seeds", "2", "--resume"))),
+    Case(
+        "finetune/resume-foreign-file",
+        "holds 'notes.txt', which is not a run",
+        argv=lambda e: (
+            run_in_work(e, "killed"),
+            e.file("run/notes.txt", "mine"),
+            e.finetune("glue", "--resume"),
+        )[-1],
+    ),
+    Case(
+        "finetune/resume-seeds-root-holds-single-run",
+        "which is not a member of this command's --seeds/--sweep",
+        argv=lambda e: in_work(e, "killed", e.finetune("glue", "--seeds", "2", "--resume")),
+    ),
     # --resume with another head, task or batch plan than the run's: named before any weight is loaded.
-    Case("finetune/resume-other-head", "holds the heads sentiment (2), SST-2 (2), this job trains sentiment (2), other (2)",
-         argv=lambda e: in_work(e, "killed", e.finetune("classify", "--head", "other", "--resume"))),
-    Case("finetune/resume-squad-from-glue-run", "this job trains sentiment (2), squad (span)",
-         argv=lambda e: in_work(e, "killed", e.finetune("squad", "--stride", "32", "--resume"))),
-    Case("finetune/resume-finished-glue-as-race", "this job trains sentiment (2), race (1)",
-         argv=lambda e: in_work(e, "finished", e.finetune("race", "--resume"))),
-    Case("finetune/resume-other-micro-batch", "micro-batch size x world size changed",
-         argv=lambda e: in_work(e, "killed", e.finetune("glue", "--resume", "--train.micro_batch_size=16", *SHORT))),
+    Case(
+        "finetune/resume-other-head",
+        "holds the heads sentiment (2), SST-2 (2), this job trains sentiment (2), other (2)",
+        argv=lambda e: in_work(e, "killed", e.finetune("classify", "--head", "other", "--resume")),
+    ),
+    Case(
+        "finetune/resume-squad-from-glue-run",
+        "this job trains sentiment (2), squad (span)",
+        argv=lambda e: in_work(e, "killed", e.finetune("squad", "--stride", "32", "--resume")),
+    ),
+    Case(
+        "finetune/resume-finished-glue-as-race",
+        "this job trains sentiment (2), race (1)",
+        argv=lambda e: in_work(e, "finished", e.finetune("race", "--resume")),
+    ),
+    Case(
+        "finetune/resume-other-micro-batch",
+        "micro-batch size x world size changed",
+        argv=lambda e: in_work(
+            e, "killed", e.finetune("glue", "--resume", "--train.micro_batch_size=16", *SHORT)
+        ),
+    ),
 ]
 
 
@@ -308,12 +512,25 @@ def evaluate_glue(env: Env, task: str, dev: str, predictions: str) -> list[str]:
 
 def one_row_dev(env: Env, task: str) -> str:
     """The task's assets dev file cut to its header and first row."""
-    return env.file("dev.tsv", "".join((env.assets.glue / task / "dev.tsv").read_text().splitlines(keepends=True)[:2]))
+    return env.file(
+        "dev.tsv", "".join((env.assets.glue / task / "dev.tsv").read_text().splitlines(keepends=True)[:2])
+    )
 
 
-def evaluate_squad(env: Env, dev: str, predictions: str = "{}", *extra: str, version: str = "1.1") -> list[str]:
-    return ["evaluate", "squad", "--version", version, "--dev", dev, "--predictions", env.file("p.json", predictions),
-            *extra]
+def evaluate_squad(
+    env: Env, dev: str, predictions: str = "{}", *extra: str, version: str = "1.1"
+) -> list[str]:
+    return [
+        "evaluate",
+        "squad",
+        "--version",
+        version,
+        "--dev",
+        dev,
+        "--predictions",
+        env.file("p.json", predictions),
+        *extra,
+    ]
 
 
 def heads_checkpoint(env: Env) -> str:
@@ -337,8 +554,17 @@ def heads_hub(path: str) -> Roberta:
 
 
 def predict_task(env: Env, task: str, *extra: str, ckpt: str | None = None) -> list[str]:
-    return ["predict", ckpt or heads_checkpoint(env), "--task", task, "--input", str(env.assets.glue / task / "dev.tsv"),
-            "--out", str(env.work / "p.tsv"), *extra]
+    return [
+        "predict",
+        ckpt or heads_checkpoint(env),
+        "--task",
+        task,
+        "--input",
+        str(env.assets.glue / task / "dev.tsv"),
+        "--out",
+        str(env.work / "p.tsv"),
+        *extra,
+    ]
 
 
 def answer(*args, **kwargs) -> Callable[[Env], Callable[[], object]]:
@@ -349,100 +575,269 @@ def answer(*args, **kwargs) -> Callable[[Env], Callable[[], object]]:
 def short_span_hub(env: Env) -> Roberta:
     """8 positions: too few for a question and a context window."""
     tokenizer = env.assets.hub.tokenizer
-    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_layers=1, num_heads=2, ffn_size=8,
-                           max_positions=10)
+    config = RobertaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=8,
+        num_layers=1,
+        num_heads=2,
+        ffn_size=8,
+        max_positions=10,
+    )
     hub = Roberta(RobertaModel(config), tokenizer).eval()
     hub.model.add_head("squad", SpanHead(config))
     return hub
 
 
-
 # ---- evaluate, predict, answer(), the hub's other calls
 INFERENCE_CASES: list[Case] = [
     # evaluate glue: a metric needs enough pairs; predictions must match the dev file
-    Case("evaluate/glue-stsb-one-pair", "1 example(s), but STS-B's pearson needs at least 2",
-         argv=lambda e: evaluate_glue(e, "STS-B", one_row_dev(e, "STS-B"), "index\tprediction\n0\t4.0\n")),
-    Case("evaluate/glue-not-a-label", "prediction 'positive' is not a SST-2 label",
-         argv=lambda e: evaluate_glue(e, "SST-2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n0\tpositive\n")),
-    Case("evaluate/glue-missing-prediction", "no prediction for index 1",
-         argv=lambda e: evaluate_glue(e, "SST-2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n0\t1\n")),
-    Case("evaluate/glue-unknown-task", "unknown GLUE task 'SST2'",
-         argv=lambda e: evaluate_glue(e, "SST2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n")),
+    Case(
+        "evaluate/glue-stsb-one-pair",
+        "1 example(s), but STS-B's pearson needs at least 2",
+        argv=lambda e: evaluate_glue(e, "STS-B", one_row_dev(e, "STS-B"), "index\tprediction\n0\t4.0\n"),
+    ),
+    Case(
+        "evaluate/glue-not-a-label",
+        "prediction 'positive' is not a SST-2 label",
+        argv=lambda e: evaluate_glue(
+            e, "SST-2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n0\tpositive\n"
+        ),
+    ),
+    Case(
+        "evaluate/glue-missing-prediction",
+        "no prediction for index 1",
+        argv=lambda e: evaluate_glue(
+            e, "SST-2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n0\t1\n"
+        ),
+    ),
+    Case(
+        "evaluate/glue-unknown-task",
+        "unknown GLUE task 'SST2'",
+        argv=lambda e: evaluate_glue(
+            e, "SST2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n"
+        ),
+    ),
     # evaluate squad: nothing to score, odds that are no number
-    Case("evaluate/squad-no-questions", "dev.json: no questions",
-         argv=lambda e: evaluate_squad(e, e.file("dev.json", '{"version": "1.1", "data": []}'))),
-    Case("evaluate/squad-no-qas", "dev.json: no questions",
-         argv=lambda e: evaluate_squad(e, e.file("dev.json", json.dumps(
-             {"data": [{"title": "t", "paragraphs": [{"context": "Some text.", "qas": []}]}]})))),
-    Case("evaluate/squad-nan-odds", "'q1': expected a number, got NaN",
-         argv=lambda e: evaluate_squad(e, str(e.assets.squad / "v2.0.json"), "{}", "--null-odds",
-                                       e.file("odds.json", '{"q1": NaN}'), version="2.0")),
-    Case("evaluate/squad-predictions-a-list", "p.json: expected a JSON object",
-         argv=lambda e: evaluate_squad(e, str(e.assets.squad / "v1.1.json"), "[]")),
+    Case(
+        "evaluate/squad-no-questions",
+        "dev.json: no questions",
+        argv=lambda e: evaluate_squad(e, e.file("dev.json", '{"version": "1.1", "data": []}')),
+    ),
+    Case(
+        "evaluate/squad-no-qas",
+        "dev.json: no questions",
+        argv=lambda e: evaluate_squad(
+            e,
+            e.file(
+                "dev.json",
+                json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "Some text.", "qas": []}]}]}),
+            ),
+        ),
+    ),
+    Case(
+        "evaluate/squad-nan-odds",
+        "'q1': expected a number, got NaN",
+        argv=lambda e: evaluate_squad(
+            e,
+            str(e.assets.squad / "v2.0.json"),
+            "{}",
+            "--null-odds",
+            e.file("odds.json", '{"q1": NaN}'),
+            version="2.0",
+        ),
+    ),
+    Case(
+        "evaluate/squad-predictions-a-list",
+        "p.json: expected a JSON object",
+        argv=lambda e: evaluate_squad(e, str(e.assets.squad / "v1.1.json"), "[]"),
+    ),
     # predict --task: the head named after the task must fit it
-    Case("predict/task-head-too-wide", "head 'SST-2' has 3 output(s), but SST-2 needs 2 (0, 1)",
-         argv=lambda e: predict_task(e, "SST-2")),
-    Case("predict/task-regression-head-two-wide", "head 'STS-B' has 2 output(s), but STS-B needs 1 (a score)",
-         argv=lambda e: predict_task(e, "STS-B")),
-    Case("predict/task-head-labels-reordered", "labels not_entailment, entailment, but RTE's are entailment, not_entailment",
-         argv=lambda e: predict_task(e, "RTE")),
-    Case("predict/task-head-missing", "unknown head 'SST-2' (registered: sentiment)",
-         argv=lambda e: predict_task(e, "SST-2", ckpt=str(e.assets.checkpoint))),
-    Case("predict/task-with-head", "--head means nothing with --task", argv=lambda e: predict_task(e, "SST-2", "--head", "SST-2")),
-    Case("predict/task-with-columns", "--columns means nothing with --task",
-         argv=lambda e: predict_task(e, "SST-2", "--columns", "0")),
-    Case("predict/span-head", "head 'squad' is a span head (for answer()), not a classification head",
-         argv=lambda e: ["predict", heads_checkpoint(e), "--head", "squad", "--input", e.file("t.tsv", "a\n"),
-                         "--out", str(e.work / "p.tsv")]),
+    Case(
+        "predict/task-head-too-wide",
+        "head 'SST-2' has 3 output(s), but SST-2 needs 2 (0, 1)",
+        argv=lambda e: predict_task(e, "SST-2"),
+    ),
+    Case(
+        "predict/task-regression-head-two-wide",
+        "head 'STS-B' has 2 output(s), but STS-B needs 1 (a score)",
+        argv=lambda e: predict_task(e, "STS-B"),
+    ),
+    Case(
+        "predict/task-head-labels-reordered",
+        "labels not_entailment, entailment, but RTE's are entailment, not_entailment",
+        argv=lambda e: predict_task(e, "RTE"),
+    ),
+    Case(
+        "predict/task-head-missing",
+        "unknown head 'SST-2' (registered: sentiment)",
+        argv=lambda e: predict_task(e, "SST-2", ckpt=str(e.assets.checkpoint)),
+    ),
+    Case(
+        "predict/task-with-head",
+        "--head means nothing with --task",
+        argv=lambda e: predict_task(e, "SST-2", "--head", "SST-2"),
+    ),
+    Case(
+        "predict/task-with-columns",
+        "--columns means nothing with --task",
+        argv=lambda e: predict_task(e, "SST-2", "--columns", "0"),
+    ),
+    Case(
+        "predict/span-head",
+        "head 'squad' is a span head (for answer()), not a classification head",
+        argv=lambda e: [
+            "predict",
+            heads_checkpoint(e),
+            "--head",
+            "squad",
+            "--input",
+            e.file("t.tsv", "a\n"),
+            "--out",
+            str(e.work / "p.tsv"),
+        ],
+    ),
     # refused before the progress bar is drawn (no --no-progress here)
-    Case("predict/short-row-with-progress", "t.tsv:2: 1 column(s), but column 1",
-         argv=lambda e: ["predict", str(e.assets.checkpoint), "--head", "sentiment", "--columns", "0,1",
-                         "--input", e.file("t.tsv", "a\tb\nc\n"), "--out", str(e.work / "p.tsv")]),
-    Case("embed/layer-past-depth-with-progress", "layer 3 out of range",
-         argv=lambda e: ["embed", str(e.assets.checkpoint), "--input", e.file("t.txt", "a\n"), "--out", str(e.work / "v.npy"),
-                         "--layer", "3"]),
-    Case("embed/too-long-with-progress", "t.txt:2: text of 203 tokens is longer than the model's 128",
-         argv=lambda e: ["embed", str(e.assets.checkpoint), "--input", e.file("t.txt", "a\n" + "word " * 200 + "\n"),
-                         "--out", str(e.work / "v.npy")]),
+    Case(
+        "predict/short-row-with-progress",
+        "t.tsv:2: 1 column(s), but column 1",
+        argv=lambda e: [
+            "predict",
+            str(e.assets.checkpoint),
+            "--head",
+            "sentiment",
+            "--columns",
+            "0,1",
+            "--input",
+            e.file("t.tsv", "a\tb\nc\n"),
+            "--out",
+            str(e.work / "p.tsv"),
+        ],
+    ),
+    Case(
+        "embed/layer-past-depth-with-progress",
+        "layer 3 out of range",
+        argv=lambda e: [
+            "embed",
+            str(e.assets.checkpoint),
+            "--input",
+            e.file("t.txt", "a\n"),
+            "--out",
+            str(e.work / "v.npy"),
+            "--layer",
+            "3",
+        ],
+    ),
+    Case(
+        "embed/too-long-with-progress",
+        "t.txt:2: text of 203 tokens is longer than the model's 128",
+        argv=lambda e: [
+            "embed",
+            str(e.assets.checkpoint),
+            "--input",
+            e.file("t.txt", "a\n" + "word " * 200 + "\n"),
+            "--out",
+            str(e.work / "v.npy"),
+        ],
+    ),
     # predict(): the head and the ids
-    Case("predict/api-span-head", "head 'squad' is a span head",
-         call=lambda e: lambda: heads_hub(heads_checkpoint(e)).predict("squad", [torch.tensor([0, 5, 2])])),
-    Case("predict/api-unknown-head", "unknown head 'nope' (registered: sentiment)",
-         call=lambda e: lambda: e.assets.hub.predict("nope", [torch.tensor([0, 5, 2])])),
-    Case("predict/api-a-number", "a tensor or a list of 1-D id sequences, not int",
-         call=lambda e: lambda: e.assets.hub.predict("sentiment", 5)),
+    Case(
+        "predict/api-span-head",
+        "head 'squad' is a span head",
+        call=lambda e: lambda: heads_hub(heads_checkpoint(e)).predict("squad", [torch.tensor([0, 5, 2])]),
+    ),
+    Case(
+        "predict/api-unknown-head",
+        "unknown head 'nope' (registered: sentiment)",
+        call=lambda e: lambda: e.assets.hub.predict("nope", [torch.tensor([0, 5, 2])]),
+    ),
+    Case(
+        "predict/api-a-number",
+        "a tensor or a list of 1-D id sequences, not int",
+        call=lambda e: lambda: e.assets.hub.predict("sentiment", 5),
+    ),
     Case("predict/api-none", "not NoneType", call=lambda e: lambda: e.assets.hub.predict("sentiment", None)),
-    Case("predict/api-flat-id-list", "input 0: a single id 0, not a sequence",
-         call=lambda e: lambda: e.assets.hub.predict("sentiment", [0, 5, 2])),
-    Case("predict/api-embed-layer-bool", "layer True out of range",
-         call=lambda e: lambda: e.assets.hub.embed([torch.tensor([0, 5, 2])], layer=True)),
+    Case(
+        "predict/api-flat-id-list",
+        "input 0: a single id 0, not a sequence",
+        call=lambda e: lambda: e.assets.hub.predict("sentiment", [0, 5, 2]),
+    ),
+    Case(
+        "predict/api-embed-layer-bool",
+        "layer True out of range",
+        call=lambda e: lambda: e.assets.hub.embed([torch.tensor([0, 5, 2])], layer=True),
+    ),
     # answer(): questions and contexts, topk, the head, the model's positions
     Case("answer/question-empty", "question: empty", call=answer("", "Some text.")),
     Case("answer/question-whitespace", "question: only whitespace", call=answer(" \t", "Some text.")),
-    Case("answer/question-bytes", "question: expected a string or a list of strings, got bytes", call=answer(b"Who?", "Text.")),
+    Case(
+        "answer/question-bytes",
+        "question: expected a string or a list of strings, got bytes",
+        call=answer(b"Who?", "Text."),
+    ),
     Case("answer/question-list-empty", "question: an empty list", call=answer([], "Some text.")),
-    Case("answer/question-item-tuple", "question[1]: expected a string, got tuple",
-         call=answer(["Who?", ("Who?", "Text.")], "Some text.")),
+    Case(
+        "answer/question-item-tuple",
+        "question[1]: expected a string, got tuple",
+        call=answer(["Who?", ("Who?", "Text.")], "Some text."),
+    ),
     Case("answer/question-item-empty", "question[1]: empty", call=answer(["Who?", ""], "Some text.")),
     Case("answer/context-empty", "context: empty", call=answer("Who?", "")),
-    Case("answer/context-none", "context: one question takes one context string, not NoneType", call=answer("Who?", None)),
-    Case("answer/context-list-for-one-question", "context: one question takes one context string, not list",
-         call=answer("Who?", ["Text.", "More text."])),
-    Case("answer/context-item-not-text", "context[0]: expected a string, got int", call=answer(["Who?"], [3])),
+    Case(
+        "answer/context-none",
+        "context: one question takes one context string, not NoneType",
+        call=answer("Who?", None),
+    ),
+    Case(
+        "answer/context-list-for-one-question",
+        "context: one question takes one context string, not list",
+        call=answer("Who?", ["Text.", "More text."]),
+    ),
+    Case(
+        "answer/context-item-not-text", "context[0]: expected a string, got int", call=answer(["Who?"], [3])
+    ),
     Case("answer/context-item-empty", "context[1]: empty", call=answer(["Who?", "What?"], ["Text.", ""])),
-    Case("answer/lengths-differ", "context: 1 contexts for 2 questions", call=answer(["Who?", "What?"], ["Text."])),
+    Case(
+        "answer/lengths-differ",
+        "context: 1 contexts for 2 questions",
+        call=answer(["Who?", "What?"], ["Text."]),
+    ),
     Case("answer/topk-zero", "topk 0 out of range", call=answer("Who?", "Text.", topk=0)),
     Case("answer/topk-bool", "topk True out of range", call=answer("Who?", "Text.", topk=True)),
     Case("answer/no-span-head", "unknown head 'squad' (registered: sentiment)", call=answer("Who?", "Text.")),
-    Case("answer/classification-head", "head 'sentiment' is a classification head", call=answer("Who?", "Text.", name="sentiment")),
-    Case("answer/model-too-short", "the model's 8 positions are too few to hold a question and a context window",
-         call=lambda e: lambda: short_span_hub(e).answer("Who?", "Text.")),
+    Case(
+        "answer/classification-head",
+        "head 'sentiment' is a classification head",
+        call=answer("Who?", "Text.", name="sentiment"),
+    ),
+    Case(
+        "answer/model-too-short",
+        "the model's 8 positions are too few to hold a question and a context window",
+        call=lambda e: lambda: short_span_hub(e).answer("Who?", "Text."),
+    ),
 ]
 
 # ---- checkpoints as others write them (fairseq symbol vocabularies, HF 5.x directories, no LM head)
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
-LAYOUT_WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "tree", "big", "small", "red", "blue", "and",
-                "then", "it", "was"]
+LAYOUT_WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "ran",
+    "on",
+    "under",
+    "mat",
+    "tree",
+    "big",
+    "small",
+    "red",
+    "blue",
+    "and",
+    "then",
+    "it",
+    "was",
+]
 
 
 @cache
@@ -466,21 +861,37 @@ def real_layouts() -> Path:
     symbols = Tokenizer.from_fairseq_dict(root / "dict.txt")
     shape = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "ffn_size": 64, "max_positions": 34}
     torch.manual_seed(0)
-    export_fairseq(root / "fairseq", RobertaModel(RobertaConfig(vocab_size=symbols.vocab_size, **shape)), symbols)
+    export_fairseq(
+        root / "fairseq", RobertaModel(RobertaConfig(vocab_size=symbols.vocab_size, **shape)), symbols
+    )
 
     def hf(cls, directory: str, vocab_size: int, **extra) -> Path:
-        config = transformers.RobertaConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1,
-                                            num_attention_heads=2, intermediate_size=64, max_position_embeddings=34,
-                                            type_vocab_size=1, layer_norm_eps=1e-5, **extra)
+        config = transformers.RobertaConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=34,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+            **extra,
+        )
         cls(config).save_pretrained(root / directory)
         return root / directory
 
-    for cls, directory, extra in ((transformers.RobertaModel, "hf-body", {}),
-                                  (transformers.RobertaForSequenceClassification, "hf-classifier", {"num_labels": 2})):
+    for cls, directory, extra in (
+        (transformers.RobertaModel, "hf-body", {}),
+        (transformers.RobertaForSequenceClassification, "hf-classifier", {"num_labels": 2}),
+    ):
         shutil.copy(root / "dict.txt", hf(cls, directory, symbols.vocab_size, **extra) / "dict.txt")
     checkpoint.save(root / "ours-body", *load_any(root / "hf-body"))
-    (root / "text.txt").write_text("\n".join(" ".join(LAYOUT_WORDS[i:] + LAYOUT_WORDS[:i]) for i in range(18)) + "\n")
-    bpe = train_tokenizer([root / "text.txt"], root / "hf-bpe", vocab_size=300, min_frequency=1, progress=False)
+    (root / "text.txt").write_text(
+        "\n".join(" ".join(LAYOUT_WORDS[i:] + LAYOUT_WORDS[:i]) for i in range(18)) + "\n"
+    )
+    bpe = train_tokenizer(
+        [root / "text.txt"], root / "hf-bpe", vocab_size=300, min_frequency=1, progress=False
+    )
     hf(transformers.RobertaForMaskedLM, "hf-bpe", bpe.vocab_size)
     transformers.RobertaTokenizer.from_pretrained(root / "hf-bpe").save_pretrained(root / "hf5")
     shutil.copy(root / "hf-bpe" / "config.json", root / "hf5")
@@ -548,78 +959,177 @@ def nested(path: str, value) -> Callable[[dict], None]:
         for key in parents:
             obj = obj[key]
         obj[last] = value
+
     return change
 
 
 REAL_CHECKPOINT_CASES: list[Case] = [
     # No LM head: never a random one in silence.
-    Case("checkpoint/fill-mask-hf-model-without-lm-head", "holds no masked-LM head", argv=lambda e: fill_mask(e, "hf-body")),
-    Case("checkpoint/fill-mask-int8-hf-classifier-without-lm-head", "fill-mask needs a checkpoint with one",
-         argv=lambda e: fill_mask(e, "hf-classifier", "AC<mask>D", "--int8")),
-    Case("checkpoint/fill-mask-ours-converted-without-lm-head", "holds no masked-LM head",
-         argv=lambda e: fill_mask(e, "ours-body")),
-    Case("checkpoint/mask-logits-without-lm-head", "mask_logits needs a checkpoint with one",
-         call=lambda e: mask_logits(e, "hf-body")),
-    Case("checkpoint/convert-without-lm-head-to-fairseq", "a fairseq RoBERTa checkpoint must have one",
-         argv=lambda e: ["convert", layout(e, "hf-classifier"), str(e.work / "out"), "--to", "fairseq"]),
-    Case("checkpoint/ours-lm-head-field-not-a-bool", "field 'lm_head' must be true or false",
-         argv=lambda e: fill_mask(e, "ours-body", config_json=nested("lm_head", "no"))),
-    Case("checkpoint/hf-id2label-wrong-count", "id2label must map '0'..'1'",
-         argv=lambda e: ["convert", layout(e, "hf-classifier", config_json=nested("id2label", {"0": "a", "1": "b", "2": "c"})),
-                         str(e.work / "out")]),
+    Case(
+        "checkpoint/fill-mask-hf-model-without-lm-head",
+        "holds no masked-LM head",
+        argv=lambda e: fill_mask(e, "hf-body"),
+    ),
+    Case(
+        "checkpoint/fill-mask-int8-hf-classifier-without-lm-head",
+        "fill-mask needs a checkpoint with one",
+        argv=lambda e: fill_mask(e, "hf-classifier", "AC<mask>D", "--int8"),
+    ),
+    Case(
+        "checkpoint/fill-mask-ours-converted-without-lm-head",
+        "holds no masked-LM head",
+        argv=lambda e: fill_mask(e, "ours-body"),
+    ),
+    Case(
+        "checkpoint/mask-logits-without-lm-head",
+        "mask_logits needs a checkpoint with one",
+        call=lambda e: mask_logits(e, "hf-body"),
+    ),
+    Case(
+        "checkpoint/convert-without-lm-head-to-fairseq",
+        "a fairseq RoBERTa checkpoint must have one",
+        argv=lambda e: ["convert", layout(e, "hf-classifier"), str(e.work / "out"), "--to", "fairseq"],
+    ),
+    Case(
+        "checkpoint/ours-lm-head-field-not-a-bool",
+        "field 'lm_head' must be true or false",
+        argv=lambda e: fill_mask(e, "ours-body", config_json=nested("lm_head", "no")),
+    ),
+    Case(
+        "checkpoint/hf-id2label-wrong-count",
+        "id2label must map '0'..'1'",
+        argv=lambda e: [
+            "convert",
+            layout(e, "hf-classifier", config_json=nested("id2label", {"0": "a", "1": "b", "2": "c"})),
+            str(e.work / "out"),
+        ],
+    ),
     # Vocabularies that disagree: transformers would read one, fairseq the other.
-    Case("checkpoint/dict-txt-disagrees-with-vocab-json", "the two files disagree",
-         argv=lambda e: fill_mask(e, "hf-bpe", "the <mask>", dict_txt=vocab_swapped(e))),
-    Case("checkpoint/dict-txt-shorter-than-vocab-json", "gives 8 ids with fairseq's <s> <pad> </s> <unk> and <mask>",
-         argv=lambda e: fill_mask(e, "hf-bpe", "the <mask>", dict_txt="13 5\n262 4\n11 3\n")),
-    Case("checkpoint/tokenizer-json-merges-disagree-with-merges-txt", "tokenizer.json: model.merges differ from",
-         argv=merges_disagree),
-    Case("checkpoint/symbol-tokenizer-json-disagrees-with-dict-txt", "tokenizer.json: id 4 is 'Y', ",
-         argv=lambda e: fill_mask(e, "fairseq", tokenizer_json=reversed_symbols_json(e))),
+    Case(
+        "checkpoint/dict-txt-disagrees-with-vocab-json",
+        "the two files disagree",
+        argv=lambda e: fill_mask(e, "hf-bpe", "the <mask>", dict_txt=vocab_swapped(e)),
+    ),
+    Case(
+        "checkpoint/dict-txt-shorter-than-vocab-json",
+        "gives 8 ids with fairseq's <s> <pad> </s> <unk> and <mask>",
+        argv=lambda e: fill_mask(e, "hf-bpe", "the <mask>", dict_txt="13 5\n262 4\n11 3\n"),
+    ),
+    Case(
+        "checkpoint/tokenizer-json-merges-disagree-with-merges-txt",
+        "tokenizer.json: model.merges differ from",
+        argv=merges_disagree,
+    ),
+    Case(
+        "checkpoint/symbol-tokenizer-json-disagrees-with-dict-txt",
+        "tokenizer.json: id 4 is 'Y', ",
+        argv=lambda e: fill_mask(e, "fairseq", tokenizer_json=reversed_symbols_json(e)),
+    ),
     # HF 5.x tokenizer.json: RoBERTa's byte-level BPE, whole.
-    Case("checkpoint/tokenizer-json-invalid-json", "tokenizer.json:1: invalid JSON",
-         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json='{"model": {"vocab": ')),
-    Case("checkpoint/tokenizer-json-wordpiece", "model.type is 'WordPiece'; only RoBERTa's byte-level BPE",
-         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.type", "WordPiece"))),
-    Case("checkpoint/tokenizer-json-add-prefix-space", "pre_tokenizer has add_prefix_space=True",
-         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("pre_tokenizer.add_prefix_space", True))),
-    Case("checkpoint/tokenizer-json-merge-outside-vocab", "token 'zq' is not in model.vocab",
-         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.merges", [["z", "q"]]))),
-    Case("checkpoint/tokenizer-json-ids-with-a-gap", "model.vocab ids must be the integers 0..",
-         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.vocab.a", 9999))),
+    Case(
+        "checkpoint/tokenizer-json-invalid-json",
+        "tokenizer.json:1: invalid JSON",
+        argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json='{"model": {"vocab": '),
+    ),
+    Case(
+        "checkpoint/tokenizer-json-wordpiece",
+        "model.type is 'WordPiece'; only RoBERTa's byte-level BPE",
+        argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.type", "WordPiece")),
+    ),
+    Case(
+        "checkpoint/tokenizer-json-add-prefix-space",
+        "pre_tokenizer has add_prefix_space=True",
+        argv=lambda e: fill_mask(
+            e, "hf5", "the <mask>", tokenizer_json=nested("pre_tokenizer.add_prefix_space", True)
+        ),
+    ),
+    Case(
+        "checkpoint/tokenizer-json-merge-outside-vocab",
+        "token 'zq' is not in model.vocab",
+        argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.merges", [["z", "q"]])),
+    ),
+    Case(
+        "checkpoint/tokenizer-json-ids-with-a-gap",
+        "model.vocab ids must be the integers 0..",
+        argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.vocab.a", 9999)),
+    ),
     # fairseq dict.txt of plain symbols, malformed.
-    Case("checkpoint/symbol-dict-tab-separated", "dict.txt:2: expected '<symbol> <count>', got 'C\\t1'",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC\t1\n")),
-    Case("checkpoint/symbol-dict-count-not-a-number", "dict.txt:1: expected '<symbol> <count>'",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="A one\n")),
-    Case("checkpoint/symbol-dict-duplicate", "dict.txt:3: duplicate symbol 'A'",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC 1\nA 1\n")),
-    Case("checkpoint/symbol-dict-overwrite-flag", "#fairseq:overwrite would give it a second id",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC 1\nA 1 #fairseq:overwrite\n")),
-    Case("checkpoint/symbol-dict-lists-a-special", "dict.txt:1: duplicate symbol '<s>'",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="<s> 1\nA 1\n")),
-    Case("checkpoint/symbol-dict-empty", "no symbols (an empty dict.txt)", argv=lambda e: fill_mask(e, "fairseq", dict_txt="")),
-    Case("checkpoint/symbol-dict-not-utf8", "dict.txt:2: not valid UTF-8",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt=b"A 1\n\xff 1\n")),
-    Case("checkpoint/symbol-dict-symbol-with-whitespace", "symbol 'A\\xa0B' holds whitespace",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="A\u00a0B 1\nC 1\n")),
-    Case("checkpoint/symbol-dict-more-symbols-than-embedding-rows", "tokenizer has 35 tokens but the embedding has 25 rows",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="".join(f"{c} 1\n" for c in AMINO_ACIDS + "BJOUXZ*.-~"))),
-    Case("checkpoint/symbol-dict-byte-order-mark", "dict.txt:1: starts with a UTF-8 byte-order mark",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="\ufeffA 1\nC 1\n")),
-    Case("checkpoint/fairseq-directory-without-model-pt", "no model.pt, but checkpoint_vh.pt: give the .pt file itself",
-         argv=lambda e: ["fill-mask", renamed_pt(e), "AC<mask>D"]),
-    Case("checkpoint/gpt2-ids-without-bpe-files", "20 of its 20 symbols are numbers, GPT-2 BPE ids: encoder.json and vocab.bpe",
-         argv=lambda e: fill_mask(e, "fairseq", dict_txt="".join(f"{i} 1\n" for i in range(20)))),
-    Case("checkpoint/gpt2-dict-without-vocab-bpe", "dict.txt and encoder.json make a GPT-2 BPE tokenizer, but vocab.bpe is missing",
-         argv=lambda e: fill_mask(e, "fairseq", encoder_json='{"a": 0}')),
+    Case(
+        "checkpoint/symbol-dict-tab-separated",
+        "dict.txt:2: expected '<symbol> <count>', got 'C\\t1'",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC\t1\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-count-not-a-number",
+        "dict.txt:1: expected '<symbol> <count>'",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A one\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-duplicate",
+        "dict.txt:3: duplicate symbol 'A'",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC 1\nA 1\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-overwrite-flag",
+        "#fairseq:overwrite would give it a second id",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC 1\nA 1 #fairseq:overwrite\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-lists-a-special",
+        "dict.txt:1: duplicate symbol '<s>'",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="<s> 1\nA 1\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-empty",
+        "no symbols (an empty dict.txt)",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt=""),
+    ),
+    Case(
+        "checkpoint/symbol-dict-not-utf8",
+        "dict.txt:2: not valid UTF-8",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt=b"A 1\n\xff 1\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-symbol-with-whitespace",
+        "symbol 'A\\xa0B' holds whitespace",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A\u00a0B 1\nC 1\n"),
+    ),
+    Case(
+        "checkpoint/symbol-dict-more-symbols-than-embedding-rows",
+        "tokenizer has 35 tokens but the embedding has 25 rows",
+        argv=lambda e: fill_mask(
+            e, "fairseq", dict_txt="".join(f"{c} 1\n" for c in AMINO_ACIDS + "BJOUXZ*.-~")
+        ),
+    ),
+    Case(
+        "checkpoint/symbol-dict-byte-order-mark",
+        "dict.txt:1: starts with a UTF-8 byte-order mark",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="\ufeffA 1\nC 1\n"),
+    ),
+    Case(
+        "checkpoint/fairseq-directory-without-model-pt",
+        "no model.pt, but checkpoint_vh.pt: give the .pt file itself",
+        argv=lambda e: ["fill-mask", renamed_pt(e), "AC<mask>D"],
+    ),
+    Case(
+        "checkpoint/gpt2-ids-without-bpe-files",
+        "20 of its 20 symbols are numbers, GPT-2 BPE ids: encoder.json and vocab.bpe",
+        argv=lambda e: fill_mask(e, "fairseq", dict_txt="".join(f"{i} 1\n" for i in range(20))),
+    ),
+    Case(
+        "checkpoint/gpt2-dict-without-vocab-bpe",
+        "dict.txt and encoder.json make a GPT-2 BPE tokenizer, but vocab.bpe is missing",
+        argv=lambda e: fill_mask(e, "fairseq", encoder_json='{"a": 0}'),
+    ),
 ]
 
 CASES = FINETUNE_CASES + INFERENCE_CASES + REAL_CHECKPOINT_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_is_refused_in_one_line_and_leaves_nothing(case: Case, assets, tmp_path, monkeypatch, capsys):
+def test_bad_input_is_refused_in_one_line_and_leaves_nothing(
+    case: Case, assets, tmp_path, monkeypatch, capsys
+):
     refusals.check(case, Env(tmp_path, assets, monkeypatch), capsys, tmp_path, assets.root)
 
 

@@ -34,7 +34,12 @@ def test_save_load_round_trip_is_exact_with_heads(tmp_path):
     assert meta["heads"] == {
         "mnli": {"kind": "classification", "num_classes": 3, "inner_dim": 32},
         "wide": {"kind": "classification", "num_classes": 1, "inner_dim": 48},
-        "sentiment": {"kind": "classification", "num_classes": 2, "inner_dim": 32, "labels": ["negative", "positive"]},
+        "sentiment": {
+            "kind": "classification",
+            "num_classes": 2,
+            "inner_dim": 32,
+            "labels": ["negative", "positive"],
+        },
         "squad": {"kind": "span"},
     }
 
@@ -94,7 +99,9 @@ def _edit_weights(directory, edit) -> None:
 def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
     checkpoint.save(tmp_path / "ckpt", micro_model())
     _edit_weights(tmp_path / "ckpt", lambda s: s.update({"layers.1.fc1.weight": torch.zeros(65, 32)}))
-    expected = r"model.safetensors: key 'layers.1.fc1.weight' has shape \[65, 32\], the config expects \[64, 32\]"
+    expected = (
+        r"model.safetensors: key 'layers.1.fc1.weight' has shape \[65, 32\], the config expects \[64, 32\]"
+    )
     with pytest.raises(UserError, match=expected):
         checkpoint.load(tmp_path / "ckpt")
 
@@ -114,7 +121,9 @@ def test_truncated_safetensors_is_a_user_error_and_the_cli_says_one_line(tmp_pat
     checkpoint.save(tmp_path / "ckpt", micro_model())
     path = tmp_path / "ckpt" / "model.safetensors"
     path.write_bytes(path.read_bytes()[:-1000])
-    with pytest.raises(UserError, match="model.safetensors: unreadable safetensors file, truncated or corrupt"):
+    with pytest.raises(
+        UserError, match="model.safetensors: unreadable safetensors file, truncated or corrupt"
+    ):
         checkpoint.load(tmp_path / "ckpt")
     assert cli.main(["convert", str(tmp_path / "ckpt"), str(tmp_path / "out"), "--to", "hf"]) == 2
     err = capsys.readouterr().err
@@ -143,7 +152,9 @@ def test_tokenizer_travels_with_the_checkpoint(shared_data, tmp_path):
 
 def test_vocabulary_that_does_not_fit_the_embedding_is_refused(shared_data, tmp_path):
     tokenizer = load_tokenizer(shared_data / "gpt2_bpe")
-    with pytest.raises(UserError, match=r"tokenizer has 50265 tokens but the embedding has 60 rows \(shape \[60, 32\]\)"):
+    with pytest.raises(
+        UserError, match=r"tokenizer has 50265 tokens but the embedding has 60 rows \(shape \[60, 32\]\)"
+    ):
         checkpoint.save(tmp_path / "ckpt", micro_model(), tokenizer)
     assert not (tmp_path / "ckpt").exists()
     # A directory assembled by hand (a small model next to a big vocabulary) is refused on load.
@@ -163,7 +174,6 @@ def test_bad_config_json_names_file_and_line(tmp_path):
 @pytest.mark.parametrize("umask", [0o022, 0o027])
 def test_checkpoint_and_tokenizer_files_get_the_users_umask(tmp_path, umask):
     from data_fixtures import write_byte_tokenizer
-
     from roberta.tokenizer import train_tokenizer
 
     text = tmp_path / "text.txt"
@@ -171,7 +181,9 @@ def test_checkpoint_and_tokenizer_files_get_the_users_umask(tmp_path, umask):
     old = os.umask(umask)
     try:
         tokenizer = load_tokenizer(write_byte_tokenizer(tmp_path / "tok"))
-        checkpoint.save(tmp_path / "ckpt", RobertaModel(dataclasses.replace(MICRO, vocab_size=266)), tokenizer)
+        checkpoint.save(
+            tmp_path / "ckpt", RobertaModel(dataclasses.replace(MICRO, vocab_size=266)), tokenizer
+        )
         train_tokenizer([text], tmp_path / "trained", 300, progress=False)
     finally:
         os.umask(old)

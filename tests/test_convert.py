@@ -13,16 +13,18 @@ import pytest
 import torch
 import transformers
 
+from hf_fixtures import hf_config, padded_batch, random_hf
 from roberta import RobertaConfig, RobertaModel, UserError, checkpoint, cli
 from roberta.convert import convert, export_fairseq, export_hf, load_any, read_fairseq, read_hf
 from roberta.convert.verify import max_difference
 from roberta.model import SpanHead
 from roberta.tokenizer import load_tokenizer
-from hf_fixtures import hf_config, padded_batch, random_hf
 
 MICRO = RobertaConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
 # Narrow, one layer, with the real 50265-id vocabulary: for tests that need a real tokenizer.
-FULL_VOCAB = RobertaConfig(vocab_size=50265, hidden_size=32, num_layers=1, num_heads=4, ffn_size=64, max_positions=66)
+FULL_VOCAB = RobertaConfig(
+    vocab_size=50265, hidden_size=32, num_layers=1, num_heads=4, ffn_size=64, max_positions=66
+)
 SMALL_HF = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128)
 
 
@@ -105,9 +107,15 @@ def test_hf_export_fill_mask_pipeline_runs_offline(shared_data, tmp_path, monkey
     results = fill("Hello <mask> world!", top_k=3)
     assert len(results) == 3 and all(r["sequence"].startswith("Hello") for r in results)
     # HF's tokenizer reads our files and gives our ids.
-    assert fill.tokenizer("Hello world!")["input_ids"] == tokenizer.encode("Hello world!") == [0, 31414, 232, 328, 2]
+    assert (
+        fill.tokenizer("Hello world!")["input_ids"]
+        == tokenizer.encode("Hello world!")
+        == [0, 31414, 232, 328, 2]
+    )
     # And the top prediction is the argmax of our own LM logits at the mask.
-    ids = torch.tensor([tokenizer.encode("Hello world!")[:2] + [tokenizer.mask_id] + tokenizer.encode("Hello world!")[2:]])
+    ids = torch.tensor(
+        [tokenizer.encode("Hello world!")[:2] + [tokenizer.mask_id] + tokenizer.encode("Hello world!")[2:]]
+    )
     with torch.no_grad():
         ours = model.eval().lm_logits(model(ids).last_hidden_state)[0, 2]
     assert results[0]["token"] == ours.argmax().item()
@@ -117,7 +125,9 @@ def test_hf_export_with_wordpiece_tokenizer_and_padding_id_0(tmp_path, monkeypat
     """RoBERTa-shaped models trained with BERT's WordPiece pad with id 0; positions start at 1."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     (tmp_path / "wp").mkdir()
-    (tmp_path / "wp" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n!\n##s\nthe\n")
+    (tmp_path / "wp" / "vocab.txt").write_text(
+        "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n!\n##s\nthe\n"
+    )
     tokenizer = load_tokenizer(tmp_path / "wp")
     torch.manual_seed(0)
     model = RobertaModel(dataclasses.replace(MICRO, vocab_size=10, padding_idx=0))
@@ -126,7 +136,9 @@ def test_hf_export_with_wordpiece_tokenizer_and_padding_id_0(tmp_path, monkeypat
     assert "read back by transformers" in capsys.readouterr().out
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert type(hf_tokenizer).__name__ == "BertTokenizer"
-    assert hf_tokenizer("hello worlds!")["input_ids"] == tokenizer.encode("hello worlds!") == [2, 5, 6, 8, 7, 3]
+    assert (
+        hf_tokenizer("hello worlds!")["input_ids"] == tokenizer.encode("hello worlds!") == [2, 5, 6, 8, 7, 3]
+    )
 
 
 # --- fairseq ----------------------------------------------------------------------------------
@@ -139,27 +151,45 @@ def random_fairseq_state(config: RobertaConfig, heads: dict[str, int], prefix="e
     s = prefix + "sentence_encoder."
 
     def linear(name, out, inp):
-        return {f"{name}.weight": torch.randn(out, inp, generator=g) * 0.1,
-                f"{name}.bias": torch.randn(out, generator=g) * 0.1}
+        return {
+            f"{name}.weight": torch.randn(out, inp, generator=g) * 0.1,
+            f"{name}.bias": torch.randn(out, generator=g) * 0.1,
+        }
 
-    state = {s + "embed_tokens.weight": torch.randn(v, h, generator=g) * 0.1,
-             s + "embed_positions.weight": torch.randn(config.max_positions, h, generator=g) * 0.1}
-    state |= linear(s + "emb_layer_norm", h, 1) | {s + "emb_layer_norm.weight": 1 + torch.randn(h, generator=g) * 0.1}
+    state = {
+        s + "embed_tokens.weight": torch.randn(v, h, generator=g) * 0.1,
+        s + "embed_positions.weight": torch.randn(config.max_positions, h, generator=g) * 0.1,
+    }
+    state |= linear(s + "emb_layer_norm", h, 1) | {
+        s + "emb_layer_norm.weight": 1 + torch.randn(h, generator=g) * 0.1
+    }
     for i in range(config.num_layers):
         layer = f"{s}layers.{i}."
-        for name, out, inp in (("self_attn.q_proj", h, h), ("self_attn.k_proj", h, h), ("self_attn.v_proj", h, h),
-                               ("self_attn.out_proj", h, h), ("fc1", f, h), ("fc2", h, f)):
+        for name, out, inp in (
+            ("self_attn.q_proj", h, h),
+            ("self_attn.k_proj", h, h),
+            ("self_attn.v_proj", h, h),
+            ("self_attn.out_proj", h, h),
+            ("fc1", f, h),
+            ("fc2", h, f),
+        ):
             state |= linear(layer + name, out, inp)
         for norm in ("self_attn_layer_norm", "final_layer_norm"):
-            state |= {f"{layer}{norm}.weight": 1 + torch.randn(h, generator=g) * 0.1,
-                      f"{layer}{norm}.bias": torch.randn(h, generator=g) * 0.1}
+            state |= {
+                f"{layer}{norm}.weight": 1 + torch.randn(h, generator=g) * 0.1,
+                f"{layer}{norm}.bias": torch.randn(h, generator=g) * 0.1,
+            }
     state |= linear(prefix + "lm_head.dense", h, h)
-    state |= {prefix + "lm_head.layer_norm.weight": 1 + torch.randn(h, generator=g) * 0.1,
-              prefix + "lm_head.layer_norm.bias": torch.randn(h, generator=g) * 0.1,
-              prefix + "lm_head.weight": state[s + "embed_tokens.weight"],
-              prefix + "lm_head.bias": torch.randn(v, generator=g) * 0.1}
+    state |= {
+        prefix + "lm_head.layer_norm.weight": 1 + torch.randn(h, generator=g) * 0.1,
+        prefix + "lm_head.layer_norm.bias": torch.randn(h, generator=g) * 0.1,
+        prefix + "lm_head.weight": state[s + "embed_tokens.weight"],
+        prefix + "lm_head.bias": torch.randn(v, generator=g) * 0.1,
+    }
     for name, n in heads.items():
-        state |= linear(f"classification_heads.{name}.dense", h, h) | linear(f"classification_heads.{name}.out_proj", n, h)
+        state |= linear(f"classification_heads.{name}.dense", h, h) | linear(
+            f"classification_heads.{name}.out_proj", n, h
+        )
     return state
 
 
@@ -187,18 +217,32 @@ def hand_mapped(state: dict, config: RobertaConfig, heads: dict[str, int], prefi
                 getattr(model.lm_head.dense, part).copy_(state[f"{prefix}lm_head.dense.{part}"])
                 getattr(model.lm_head.layer_norm, part).copy_(state[f"{prefix}lm_head.layer_norm.{part}"])
                 for name in heads:
-                    getattr(model.heads[name].dense, part).copy_(state[f"classification_heads.{name}.dense.{part}"])
-                    getattr(model.heads[name].out_proj, part).copy_(state[f"classification_heads.{name}.out_proj.{part}"])
+                    getattr(model.heads[name].dense, part).copy_(
+                        state[f"classification_heads.{name}.dense.{part}"]
+                    )
+                    getattr(model.heads[name].out_proj, part).copy_(
+                        state[f"classification_heads.{name}.out_proj.{part}"]
+                    )
         model.lm_head.bias.copy_(state[prefix + "lm_head.bias"])
     return model.eval()
 
 
 def fairseq_args(config: RobertaConfig) -> argparse.Namespace:
-    return argparse.Namespace(arch="roberta_base", task="masked_lm", encoder_layers=config.num_layers,
-                              encoder_embed_dim=config.hidden_size, encoder_ffn_embed_dim=config.ffn_size,
-                              encoder_attention_heads=config.num_heads, max_positions=config.max_seq_len,
-                              dropout=0.1, attention_dropout=0.1, activation_dropout=0.0, pooler_dropout=0.0,
-                              activation_fn="gelu", encoder_normalize_before=False)
+    return argparse.Namespace(
+        arch="roberta_base",
+        task="masked_lm",
+        encoder_layers=config.num_layers,
+        encoder_embed_dim=config.hidden_size,
+        encoder_ffn_embed_dim=config.ffn_size,
+        encoder_attention_heads=config.num_heads,
+        max_positions=config.max_seq_len,
+        dropout=0.1,
+        attention_dropout=0.1,
+        activation_dropout=0.0,
+        pooler_dropout=0.0,
+        activation_fn="gelu",
+        encoder_normalize_before=False,
+    )
 
 
 @torch.no_grad()
@@ -214,10 +258,19 @@ HEADS = {"mnli": 3, "stsb": 1}
 @pytest.mark.parametrize("prefix", ["encoder.", "decoder."])
 def test_fairseq_import_matches_hand_mapped_weights(prefix, tmp_path):
     # 2 heads of width 16: a head count the shapes alone would get wrong (32 // 64 → 1).
-    config = RobertaConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=2, ffn_size=64, max_positions=34,
-                           classifier_dropout=0.0)
+    config = RobertaConfig(
+        vocab_size=60,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        ffn_size=64,
+        max_positions=34,
+        classifier_dropout=0.0,
+    )
     state = random_fairseq_state(config, HEADS, prefix)
-    state["encoder.sentence_encoder.version" if prefix == "encoder." else "decoder.version"] = torch.tensor([2.0])
+    state["encoder.sentence_encoder.version" if prefix == "encoder." else "decoder.version"] = torch.tensor(
+        [2.0]
+    )
     ckpt = {"args": fairseq_args(config), "model": state, "optimizer_history": [], "extra_state": {}}
     torch.save(ckpt, tmp_path / "model.pt")
 
@@ -276,8 +329,11 @@ def test_fairseq_cfg_pickled_as_omegaconf_is_read_without_omegaconf(tmp_path, mo
     (class names and __getstate__ layout of omegaconf 2.x) with stand-in modules, save it, and
     read it back with those modules gone: hyperparameters must come out of it."""
     fake = {"omegaconf": types.ModuleType("omegaconf")}
-    classes = {"omegaconf.dictconfig": ["DictConfig"], "omegaconf.nodes": ["AnyNode"],
-               "omegaconf.base": ["ContainerMetadata", "Metadata"]}
+    classes = {
+        "omegaconf.dictconfig": ["DictConfig"],
+        "omegaconf.nodes": ["AnyNode"],
+        "omegaconf.base": ["ContainerMetadata", "Metadata"],
+    }
     for module, names in classes.items():
         fake[module] = types.ModuleType(module)
         for name in names:
@@ -300,7 +356,12 @@ def test_fairseq_cfg_pickled_as_omegaconf_is_read_without_omegaconf(tmp_path, mo
         return d
 
     config = dataclasses.replace(MICRO, num_heads=2, dropout=0.2)
-    hyper = {"_name": node("roberta"), "encoder_attention_heads": node(2), "dropout": node(0.2), "encoder_layers": node(2)}
+    hyper = {
+        "_name": node("roberta"),
+        "encoder_attention_heads": node(2),
+        "dropout": node(0.2),
+        "encoder_layers": node(2),
+    }
     cfg = container({"model": container(hyper), "task": container({"_name": node("masked_lm")})})
     torch.save({"args": None, "cfg": cfg, "model": random_fairseq_state(config, {})}, tmp_path / "model.pt")
     for module in fake:
@@ -370,7 +431,9 @@ def test_fairseq_shape_mismatch_names_key_and_both_shapes(tmp_path):
 
 
 def test_fairseq_unknown_key_is_refused(tmp_path):
-    state = random_fairseq_state(MICRO, {}) | {"encoder.sentence_encoder.layers.0.adapter.weight": torch.zeros(2)}
+    state = random_fairseq_state(MICRO, {}) | {
+        "encoder.sentence_encoder.layers.0.adapter.weight": torch.zeros(2)
+    }
     torch.save({"args": fairseq_args(MICRO), "model": state}, tmp_path / "model.pt")
     with pytest.raises(UserError, match="unexpected key.*adapter.weight"):
         read_fairseq(tmp_path / "model.pt")
@@ -389,7 +452,9 @@ def test_truncated_fairseq_file_is_a_user_error(tmp_path):
 
 @pytest.mark.parametrize("export, read", [(export_hf, read_hf), (export_fairseq, read_fairseq)])
 def test_config_survives_export_then_import(export, read, tmp_path):
-    config = dataclasses.replace(MICRO, num_heads=2, dropout=0.2, attention_dropout=0.15, classifier_dropout=0.05)
+    config = dataclasses.replace(
+        MICRO, num_heads=2, dropout=0.2, attention_dropout=0.15, classifier_dropout=0.05
+    )
     torch.manual_seed(0)
     export(tmp_path / "out", RobertaModel(config))
     assert read(tmp_path / "out")[0].config == config
@@ -426,7 +491,12 @@ def test_convert_that_fails_its_check_leaves_nothing(tmp_path, capsys):
     model = micro_model()
     export_hf(tmp_path / "src", model)
     # A negative tolerance no difference can meet: the check must fail and clean up.
-    assert cli.main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "fairseq", "--tolerance", "-1"]) == 2
+    assert (
+        cli.main(
+            ["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "fairseq", "--tolerance", "-1"]
+        )
+        == 2
+    )
     assert "conversion check failed" in capsys.readouterr().err
     assert not (tmp_path / "dst").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["src"]
@@ -452,7 +522,9 @@ def test_convert_refuses_a_source_with_nan_in_a_later_layer(tmp_path, capsys):
     checkpoint.save(tmp_path / "src", model)
     assert cli.main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "hf"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("roberta: error: conversion check failed: the source model's hidden_states[2] holds ")
+    assert err.startswith(
+        "roberta: error: conversion check failed: the source model's hidden_states[2] holds "
+    )
     assert "NaN" in err and err.count("\n") == 1
     assert [p.name for p in tmp_path.iterdir()] == ["src"]
 
@@ -460,7 +532,9 @@ def test_convert_refuses_a_source_with_nan_in_a_later_layer(tmp_path, capsys):
 def test_max_difference_fails_on_any_non_finite_output_or_difference():
     finite = {"hidden_states[0]": torch.zeros(2, 3), "lm_logits": torch.zeros(2, 3)}
     later_nan = {**finite, "lm_logits": torch.tensor([[0.0, float("nan"), 0.0], [0.0, 0.0, 0.0]])}
-    with pytest.raises(UserError, match=r"the converted model's lm_logits holds 1 NaN and 0 infinite value\(s\) of 6"):
+    with pytest.raises(
+        UserError, match=r"the converted model's lm_logits holds 1 NaN and 0 infinite value\(s\) of 6"
+    ):
         max_difference(finite, later_nan)
     with pytest.raises(UserError, match="the source model's lm_logits holds 1 NaN"):
         max_difference(later_nan, finite)
@@ -477,6 +551,8 @@ def test_span_head_converts_to_ours_and_is_refused_by_hf_and_fairseq(tmp_path):
     checkpoint.save(tmp_path / "src", model)
     assert 0 <= convert(tmp_path / "src", tmp_path / "dst") <= 1e-5
     for export in (export_hf, export_fairseq):
-        with pytest.raises(UserError, match=r"head 'squad' is a span head; \w+ checkpoints hold classification heads only"):
+        with pytest.raises(
+            UserError, match=r"head 'squad' is a span head; \w+ checkpoints hold classification heads only"
+        ):
             export(tmp_path / "out", model)
     assert not (tmp_path / "out").exists()

@@ -5,12 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from data_fixtures import make_documents, write_byte_tokenizer, write_text
 
+from data_fixtures import make_documents, write_byte_tokenizer, write_text
 from roberta.data import Corpus
-from roberta.data.prepare import prepare
 from roberta.data.loader import DataConfig, build_loader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
+from roberta.data.prepare import prepare
 
 BLOCK = 64
 
@@ -19,8 +19,16 @@ BLOCK = 64
 def corpus_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("loader")
     text = write_text(root / "a.txt", make_documents(seed=1, count=120, long_every=40))
-    return prepare([text], write_byte_tokenizer(root / "tok"), root / "corpus", workers=1,
-                   valid_fraction=0.1, progress=False, chunk_bytes=4096, shard_bytes=20_000)
+    return prepare(
+        [text],
+        write_byte_tokenizer(root / "tok"),
+        root / "corpus",
+        workers=1,
+        valid_fraction=0.1,
+        progress=False,
+        chunk_bytes=4096,
+        shard_bytes=20_000,
+    )
 
 
 def originals(batch):
@@ -47,7 +55,9 @@ def test_one_epoch_of_full_sentences_serves_every_token_exactly_once(corpus_dir)
         served[int(index)] = row[~np.isin(row, specials.ids)]
     assert sorted(served) == list(range(len(served)))
     train = corpus.train
-    assert np.array_equal(np.concatenate([served[i] for i in range(len(served))]), train.tokens(0, train.num_tokens))
+    assert np.array_equal(
+        np.concatenate([served[i] for i in range(len(served))]), train.tokens(0, train.num_tokens)
+    )
 
 
 def test_resumed_loader_serves_identical_batches_and_masks(corpus_dir):
@@ -56,20 +66,30 @@ def test_resumed_loader_serves_identical_batches_and_masks(corpus_dir):
     per_epoch = full.dataset.batches_in_epoch(0)
     reference = steps(full, per_epoch + 5)  # runs into the second epoch
     start = per_epoch - 3
-    resumed = build_loader(corpus_dir, config=config, micro_batch_size=4, seed=3, start_step=start, num_workers=2)
+    resumed = build_loader(
+        corpus_dir, config=config, micro_batch_size=4, seed=3, start_step=start, num_workers=2
+    )
     for a, b in zip(reference[start:], steps(resumed, 8)):
         assert torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["labels"], b["labels"])
-    assert resumed.state_dict() == {"step": start + 8, "epoch": 1, "epoch_start": per_epoch} and resumed.epoch == 1
+    assert (
+        resumed.state_dict() == {"step": start + 8, "epoch": 1, "epoch_start": per_epoch}
+        and resumed.epoch == 1
+    )
     again = build_loader(corpus_dir, config=config, micro_batch_size=4, seed=3)
     again.load_state_dict(full.state_dict())
     assert again.step == per_epoch + 5
     # Masks are fresh each epoch: the same block masked differently in epoch 1.
-    assert not all(torch.equal(a["labels"], b["labels"]) for a, b in zip(reference[:5], reference[per_epoch:]))
+    assert not all(
+        torch.equal(a["labels"], b["labels"]) for a, b in zip(reference[:5], reference[per_epoch:])
+    )
 
 
 def test_ranks_take_disjoint_batches_of_the_same_epoch(corpus_dir):
     config = DataConfig(seq_len=BLOCK)
-    ranks = [build_loader(corpus_dir, config=config, micro_batch_size=3, seed=0, rank=r, world_size=2) for r in range(2)]
+    ranks = [
+        build_loader(corpus_dir, config=config, micro_batch_size=3, seed=0, rank=r, world_size=2)
+        for r in range(2)
+    ]
     counts = [r.dataset.batches_in_epoch(0) for r in ranks]
     assert counts[0] == counts[1] > 0
     seen = [np.concatenate([r.dataset.sequence_indices(s)[1] for s in range(counts[0])]) for r in ranks]
@@ -87,7 +107,10 @@ def test_doc_sentences_batches_hold_a_token_budget_and_stay_in_one_document(corp
     first_doc = np.searchsorted(doc_tokens, plan.starts, side="right")
     assert np.array_equal(first_doc, np.searchsorted(doc_tokens, plan.ends - 1, side="right"))
     sizes = [batch["tokens"].numel() for batch in loader]
-    assert max(sizes) <= 4 * BLOCK and len(set(len(dataset.sequence_indices(s)[1]) for s in range(len(sizes)))) > 1
+    assert (
+        max(sizes) <= 4 * BLOCK
+        and len(set(len(dataset.sequence_indices(s)[1]) for s in range(len(sizes)))) > 1
+    )
 
 
 @pytest.mark.parametrize("fmt", ["segment-pair", "sentence-pair"])
@@ -114,7 +137,11 @@ def test_static_masking_repeats_masks_every_k_epochs(corpus_dir):
     per_epoch = dataset.batches_in_epoch(0)
 
     def mask_of_block(epoch, block):
-        step = next(s for s in range(epoch * per_epoch, (epoch + 1) * per_epoch) if dataset.sequence_indices(s)[1][0] == block)
+        step = next(
+            s
+            for s in range(epoch * per_epoch, (epoch + 1) * per_epoch)
+            if dataset.sequence_indices(s)[1][0] == block
+        )
         return dataset[step]["labels"]
 
     assert torch.equal(mask_of_block(0, 5), mask_of_block(2, 5))

@@ -62,7 +62,11 @@ def test_static_masking_repeats_every_k_epochs():
     (tokens,) = sequences(1)
     cfg = MaskingConfig(static_copies=10)
     masks = [mask_tokens(tokens, masking_rng(0, e, 5, cfg.static_copies), cfg, VOCAB)[1] for e in range(21)]
-    assert np.array_equal(masks[0], masks[10]) and np.array_equal(masks[3], masks[13]) and np.array_equal(masks[0], masks[20])
+    assert (
+        np.array_equal(masks[0], masks[10])
+        and np.array_equal(masks[3], masks[13])
+        and np.array_equal(masks[0], masks[20])
+    )
     assert len({m.tobytes() for m in masks[:10]}) == 10
 
 

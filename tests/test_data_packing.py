@@ -25,7 +25,8 @@ def synthetic_corpus(seed: int = 0, documents: int = 300):
 def materialize(tokens, sentence_offsets, document_offsets, starts, ends, separators):
     doc_tokens = sentence_offsets[document_offsets] if separators else None
     return [
-        packing.block_tokens(tokens[s:e], s, sentence_offsets, doc_tokens, BOS, EOS) for s, e in zip(starts, ends)
+        packing.block_tokens(tokens[s:e], s, sentence_offsets, doc_tokens, BOS, EOS)
+        for s, e in zip(starts, ends)
     ]
 
 
@@ -100,7 +101,9 @@ def test_pairs_have_half_random_partners_from_other_documents(whole_sentences):
     assert np.all(doc_a[pairs.nsp == 1] != doc_b[pairs.nsp == 1])
     nxt = pairs.nsp == 0
     assert np.all(doc_a[nxt] == doc_b[nxt]) and np.array_equal(pairs.b_start[nxt], pairs.a_end[nxt])
-    sequence = packing.pair_tokens(tokens[pairs.a_start[0] : pairs.a_end[0]], tokens[pairs.b_start[0] : pairs.b_end[0]], BOS, EOS)
+    sequence = packing.pair_tokens(
+        tokens[pairs.a_start[0] : pairs.a_end[0]], tokens[pairs.b_start[0] : pairs.b_end[0]], BOS, EOS
+    )
     assert len(sequence) <= 128 and sequence[0] == BOS and sequence[-1] == EOS
 
 

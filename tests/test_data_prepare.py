@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import make_documents, write_byte_tokenizer, write_text
 
+from data_fixtures import make_documents, write_byte_tokenizer, write_text
 from roberta.cli import main
 from roberta.data import Corpus, check_tokenizer
 from roberta.data.prepare import ChunkEncoder, held_out, prepare, word_start_table
@@ -26,7 +26,9 @@ def documents():
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
 
 
 def no_output(out: Path) -> bool:
@@ -44,14 +46,25 @@ def test_output_is_byte_identical_with_one_and_two_workers(tmp_path, tokenizer_d
 
 def test_corpus_holds_every_document_whole_in_one_split(tmp_path, tokenizer_dir, documents):
     text = write_text(tmp_path / "a.txt", documents)
-    out = prepare([text], tokenizer_dir, tmp_path / "c", workers=1, valid_fraction=0.2, seed=5,
-                  chunk_bytes=4096, shard_bytes=30_000, progress=False)
+    out = prepare(
+        [text],
+        tokenizer_dir,
+        tmp_path / "c",
+        workers=1,
+        valid_fraction=0.2,
+        seed=5,
+        chunk_bytes=4096,
+        shard_bytes=30_000,
+        progress=False,
+    )
     tokenizer = load_tokenizer(tokenizer_dir)
     expected = [[tokenizer.tokenize_ids(s) for s in doc] for doc in documents]
     valid = held_out(5, np.arange(len(documents)), 0.2)
     corpus = Corpus(out)
-    for split, docs in (("train", [d for d, v in zip(expected, valid) if not v]),
-                        ("valid", [d for d, v in zip(expected, valid) if v])):
+    for split, docs in (
+        ("train", [d for d, v in zip(expected, valid) if not v]),
+        ("valid", [d for d, v in zip(expected, valid) if v]),
+    ):
         got = corpus.split(split)
         assert got.num_documents == len(docs) > 0
         assert [[s.tolist() for s in got.document(i)] for i in range(got.num_documents)] == docs
@@ -63,7 +76,9 @@ def test_gzip_jsonl_and_plain_text_give_the_same_tokens(tmp_path, tokenizer_dir,
     packed = tmp_path / "a.txt.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     records = tmp_path / "a.jsonl"
-    records.write_text("".join(json.dumps({"body": "\n".join(d)}) + "\n" for d in documents), encoding="utf-8")
+    records.write_text(
+        "".join(json.dumps({"body": "\n".join(d)}) + "\n" for d in documents), encoding="utf-8"
+    )
     outs = [
         prepare([plain], tokenizer_dir, tmp_path / "p", workers=1, progress=False),
         prepare([packed], tokenizer_dir, tmp_path / "g", workers=1, chunk_bytes=1000, progress=False),
@@ -75,7 +90,15 @@ def test_gzip_jsonl_and_plain_text_give_the_same_tokens(tmp_path, tokenizer_dir,
 
 def test_line_is_document_makes_every_line_a_document(tmp_path, tokenizer_dir, documents):
     text = write_text(tmp_path / "a.txt", documents)
-    out = prepare([text], tokenizer_dir, tmp_path / "c", workers=1, line_is_document=True, valid_fraction=0.0, progress=False)
+    out = prepare(
+        [text],
+        tokenizer_dir,
+        tmp_path / "c",
+        workers=1,
+        line_is_document=True,
+        valid_fraction=0.0,
+        progress=False,
+    )
     lines = sum(len(d) for d in documents)
     assert Corpus(out).train.num_documents == Corpus(out).train.num_sentences == lines
 
@@ -102,7 +125,9 @@ def test_a_killed_prepare_resumes_from_its_finished_shards(tmp_path, tokenizer_d
     assert not out.exists() and (tmp_path / "resumed.partial" / "progress.json").is_file()
 
     calls.clear()
-    monkeypatch.setattr(ChunkEncoder, "__call__", lambda self, chunk: calls.append(chunk.index) or encode(self, chunk))
+    monkeypatch.setattr(
+        ChunkEncoder, "__call__", lambda self, chunk: calls.append(chunk.index) or encode(self, chunk)
+    )
     prepare([text], tokenizer_dir, out, **small)
     assert calls[0] > 0 and len(calls) < total_chunks  # started after the finished shards
     assert files_of(out) == files_of(clean)
@@ -139,15 +164,28 @@ def test_empty_corpus_and_missing_file_are_errors_without_output(tmp_path, token
     assert no_output(out)
 
 
-def test_check_tokenizer_rejects_a_corpus_of_another_tokenizer(tmp_path, tokenizer_dir, documents, shared_data):
-    out = prepare([write_text(tmp_path / "a.txt", documents)], tokenizer_dir, tmp_path / "c", workers=1, progress=False)
+def test_check_tokenizer_rejects_a_corpus_of_another_tokenizer(
+    tmp_path, tokenizer_dir, documents, shared_data
+):
+    out = prepare(
+        [write_text(tmp_path / "a.txt", documents)], tokenizer_dir, tmp_path / "c", workers=1, progress=False
+    )
     check_tokenizer(out, load_tokenizer(tokenizer_dir))
     with pytest.raises(UserError, match="prepared with another tokenizer"):
         check_tokenizer(out, load_tokenizer(shared_data / "gpt2_bpe"))
 
 
 def test_cli_reports_bad_input_in_one_line_with_exit_status_2(tmp_path, tokenizer_dir, capsys):
-    status = main(["prepare", str(tmp_path / "nope.txt"), "--tokenizer", str(tokenizer_dir), "--out", str(tmp_path / "c")])
+    status = main(
+        [
+            "prepare",
+            str(tmp_path / "nope.txt"),
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--out",
+            str(tmp_path / "c"),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("roberta: error: ") and err.count("\n") == 1
     assert no_output(tmp_path / "c")
@@ -157,8 +195,15 @@ def test_gpt2_corpus_matches_the_reference_encoding(tmp_path, shared_data):
     source = min((shared_data / "corpus" / "wiki").glob("*.txt"), key=lambda p: p.stat().st_size)
     excerpt = tmp_path / "wiki.txt"
     excerpt.write_bytes(source.read_bytes()[:300_000].rsplit(b"\n", 1)[0] + b"\n")
-    out = prepare([excerpt], shared_data / "gpt2_bpe", tmp_path / "c", workers=2, valid_fraction=0.0,
-                  chunk_bytes=50_000, progress=False)
+    out = prepare(
+        [excerpt],
+        shared_data / "gpt2_bpe",
+        tmp_path / "c",
+        workers=2,
+        valid_fraction=0.0,
+        chunk_bytes=50_000,
+        progress=False,
+    )
     tokenizer = load_tokenizer(shared_data / "gpt2_bpe")
     lines = [s.strip() for s in excerpt.read_text(encoding="utf-8").split("\n") if s.strip()]
     reference, lengths = tokenizer.tokenize_ids_flat(lines, engine="tokenizers")

@@ -41,7 +41,12 @@ def test_the_cpu_recipe_keeps_the_architecture_and_measured_knobs():
 
     job = load_pretrain_job(RECIPE)
     config = job.model_config(vocab_size=8192)
-    assert (config.num_layers, config.hidden_size, config.dropout, config.attention_dropout) == (2, 128, 0.0, 0.0)
+    assert (config.num_layers, config.hidden_size, config.dropout, config.attention_dropout) == (
+        2,
+        128,
+        0.0,
+        0.0,
+    )
     assert config.init_std == 0.05 and job.model.position_init == "sinusoidal" and job.optim.lr == 1.5e-3
     assert config.max_seq_len >= job.data.seq_len
     assert job.data.mask_prob > 0.15 and job.train.batch_size == 8
@@ -53,7 +58,10 @@ def test_demo_runs_end_to_end_through_the_cli(tmp_path):
     out = tmp_path / "demo"
     done = subprocess.run(
         [sys.executable, "-m", "roberta.cli", "demo", "--steps", "20", "--out", str(out)],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     for stage in ("[1/5]", "[2/5]", "[3/5]", "[4/5]", "[5/5]"):

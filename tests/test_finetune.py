@@ -13,37 +13,23 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from data_fixtures import glue_slice, save_micro_checkpoint
 from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.cli import main
-from roberta.tokenizer import load_tokenizer
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")
 def micro(shared_data, tmp_path_factory) -> Path:
     """A micro model (2 x 64) with the GPT-2 tokenizer, saved as our checkpoint."""
-    tok = load_tokenizer(shared_data / "gpt2_bpe")
-    torch.manual_seed(0)
-    config = RobertaConfig(vocab_size=tok.vocab_size, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
-                           max_positions=130)
-    return checkpoint.save(tmp_path_factory.mktemp("micro") / "ckpt", RobertaModel(config), tok)
+    return save_micro_checkpoint(tmp_path_factory.mktemp("micro") / "ckpt", shared_data)
 
 
 @pytest.fixture(scope="module")
 def sst128(shared_data, tmp_path_factory) -> Path:
     """128 SST-2 training sentences as both train.tsv and dev.tsv."""
-    root = tmp_path_factory.mktemp("sst") / "SST-2"
-    root.mkdir()
-    lines = (shared_data / "glue" / "SST-2" / "train.tsv").read_text().splitlines(keepends=True)[:129]
-    for name in ("train.tsv", "dev.tsv"):
-        (root / name).write_text("".join(lines))
-    return root
+    return glue_slice(tmp_path_factory.mktemp("sst"), shared_data, "SST-2", 128)
 
 
 SST_JOB = ["--optim.lr=1e-3", "--train.batch_size=16", "--train.epochs=8"]
@@ -59,10 +45,25 @@ def finetune_cli(args: list[str], fault: str | None = None, resume: bool = False
 
 
 def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp_path):
-    args = lambda out: ["glue", "--task", "SST-2", "--data", str(sst128), "--init", str(micro), "--out", str(out), *SST_JOB]
+    def args(out: Path) -> list[str]:
+        return [
+            "glue",
+            "--task",
+            "SST-2",
+            "--data",
+            str(sst128),
+            "--init",
+            str(micro),
+            "--out",
+            str(out),
+            *SST_JOB,
+        ]
+
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     procs = [finetune_cli(args(whole)), finetune_cli(args(killed), fault="step-21:micro-batch-0")]
-    (rc_whole, log_whole), (rc_killed, _) = [(p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]]
+    (rc_whole, log_whole), (rc_killed, _) = [
+        (p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]
+    ]
     assert rc_whole == 0, log_whole
     assert rc_killed == -signal.SIGKILL
     resumed = finetune_cli(args(killed), resume=True)
@@ -98,11 +99,24 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
     from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 
     task = TASKS["SST-2"]
-    job = load_finetune_job(None, ["--train.max_steps=20", "--train.epochs=0", "--schedule.warmup_steps=2",
-                                   "--schedule.warmup_fraction=0", "--optim.lr=5e-4"], task.lr, 16)
+    job = load_finetune_job(
+        None,
+        [
+            "--train.max_steps=20",
+            "--train.epochs=0",
+            "--schedule.warmup_steps=2",
+            "--schedule.warmup_fraction=0",
+            "--optim.lr=5e-4",
+        ],
+        task.lr,
+        16,
+    )
     model, tok = checkpoint.load(micro)
-    model = RobertaModel(RobertaConfig(**{**model.config.to_dict(), "dropout": 0.0, "attention_dropout": 0.0,
-                                          "classifier_dropout": 0.0}))
+    model = RobertaModel(
+        RobertaConfig(
+            **{**model.config.to_dict(), "dropout": 0.0, "attention_dropout": 0.0, "classifier_dropout": 0.0}
+        )
+    )
     torch.manual_seed(3)
     model.add_classification_head("SST-2", 2)
     export_hf(tmp_path / "hf", model, tok)
@@ -110,8 +124,13 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
     hf.roberta.embeddings.token_type_embeddings.weight.requires_grad_(False)  # RoBERTa has none: kept at 0
 
     examples = read_split(task, sst128 / "train.tsv")
-    objective = classify_objective(sentence_task(task), (encode(tok, examples, 128), label_values(
-        sentence_task(task), examples, "train")), {}, job, tok.pad_id)
+    objective = classify_objective(
+        sentence_task(task),
+        (encode(tok, examples, 128), label_values(sentence_task(task), examples, "train")),
+        {},
+        job,
+        tok.pad_id,
+    )
     batches = objective.train_batches(0)
     ours_opt, hf_opt = build_optimizer(model, job.optim), build_optimizer(hf, job.optim)
     initial = model.layers[0].fc1.weight.detach().clone()
@@ -122,8 +141,9 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
         for opt in (ours_opt, hf_opt):
             set_learning_rate(opt, learning_rate(step, job.optim.lr, job.schedule, job.train.max_steps))
         ours = objective.loss(model, batch)["loss"] / len(batch["labels"])
-        theirs = hf(input_ids=batch["tokens"], attention_mask=batch["tokens"].ne(tok.pad_id),
-                    labels=batch["labels"]).loss
+        theirs = hf(
+            input_ids=batch["tokens"], attention_mask=batch["tokens"].ne(tok.pad_id), labels=batch["labels"]
+        ).loss
         for loss, opt in ((ours, ours_opt), (theirs, hf_opt)):
             loss.backward()
             opt.step()
@@ -144,30 +164,83 @@ def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, shared_data, tmp_
     steps = ["--train.max_steps=2", "--train.eval_every=2", "--train.checkpoint_every=2"]
     for init in (tmp_path / "hf", tmp_path / "fairseq" / "model.pt"):
         out = tmp_path / f"run-{init.name}"
-        assert main(["finetune", "glue", "--task", "SST-2", "--data", str(sst128), "--init", str(init),
-                     "--out", str(out), *steps]) == 0
+        assert (
+            main(
+                [
+                    "finetune",
+                    "glue",
+                    "--task",
+                    "SST-2",
+                    "--data",
+                    str(sst128),
+                    "--init",
+                    str(init),
+                    "--out",
+                    str(out),
+                    *steps,
+                ]
+            )
+            == 0
+        )
         assert (out / "best" / "config.json").is_file()
         assert [e["step"] for e in json.loads((out / "results.json").read_text())["evaluations"]] == [2]
     # STS-B from the SST-2 model's body with a new one-output head (regression, MSE).
     stsb = tmp_path / "STS-B"
     stsb.mkdir()
     header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-    rows = "".join(f"{i}\tg\tf\t2012\t{i}\ts\ts\tA man plays {i}.\tA man sings {i % 3}.\t{i % 5}.0\n" for i in range(32))
+    rows = "".join(
+        f"{i}\tg\tf\t2012\t{i}\ts\ts\tA man plays {i}.\tA man sings {i % 3}.\t{i % 5}.0\n" for i in range(32)
+    )
     for name in ("train.tsv", "dev.tsv"):
         (stsb / name).write_text(header + rows)
     out = tmp_path / "stsb"
-    assert main(["finetune", "glue", "--task", "STS-B", "--data", str(stsb), "--init", str(micro),
-                 "--init-task", str(tmp_path / "run-hf" / "best"), "--out", str(out), *steps]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "glue",
+                "--task",
+                "STS-B",
+                "--data",
+                str(stsb),
+                "--init",
+                str(micro),
+                "--init-task",
+                str(tmp_path / "run-hf" / "best"),
+                "--out",
+                str(out),
+                *steps,
+            ]
+        )
+        == 0
+    )
     best = checkpoint.load(out / "best")[0]
     assert list(best.heads) == ["STS-B"] and best.heads["STS-B"].spec()["num_classes"] == 1
     record = json.loads((out / "results.json").read_text())
-    assert record["best"]["metric"] == "pearson" and {"loss", "pearson", "spearman"} <= set(record["evaluations"][0])
+    assert record["best"]["metric"] == "pearson" and {"loss", "pearson", "spearman"} <= set(
+        record["evaluations"][0]
+    )
 
     # The GLUE leaderboard file from RUN/best for a test TSV.
     test = tmp_path / "test.tsv"
-    test.write_text("".join((shared_data / "glue" / "SST-2" / "test.tsv").read_text().splitlines(keepends=True)[:21]))
-    assert main(["predict", str(tmp_path / "run-hf" / "best"), "--task", "SST-2", "--input", str(test),
-                 "--out", str(tmp_path / "SST-2.tsv")]) == 0
+    test.write_text(
+        "".join((shared_data / "glue" / "SST-2" / "test.tsv").read_text().splitlines(keepends=True)[:21])
+    )
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "run-hf" / "best"),
+                "--task",
+                "SST-2",
+                "--input",
+                str(test),
+                "--out",
+                str(tmp_path / "SST-2.tsv"),
+            ]
+        )
+        == 0
+    )
     rows = [r.split("\t") for r in (tmp_path / "SST-2.tsv").read_text().splitlines()]
     assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == [str(i) for i in range(20)]
     assert {r[1] for r in rows[1:]} <= {"0", "1"}
@@ -177,18 +250,54 @@ def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
     words = ["good", "great", "fine", "bad", "awful", "poor"]
     rows = [(f"this is {w} {i}", "pos" if w in words[:3] else "neg") for i in range(8) for w in words]
     (tmp_path / "train.csv").write_text("text,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    args = ["finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"),
-            "--text-column", "text", "--label-column", "sentiment", "--init", str(micro), "--out", str(tmp_path / "run"),
-            "--seeds", "2", "--train.max_steps=3", "--train.eval_every=3", "--train.checkpoint_every=3"]
+    args = [
+        "finetune",
+        "classify",
+        "--train",
+        str(tmp_path / "train.csv"),
+        "--dev",
+        str(tmp_path / "train.csv"),
+        "--text-column",
+        "text",
+        "--label-column",
+        "sentiment",
+        "--init",
+        str(micro),
+        "--out",
+        str(tmp_path / "run"),
+        "--seeds",
+        "2",
+        "--train.max_steps=3",
+        "--train.eval_every=3",
+        "--train.checkpoint_every=3",
+    ]
     assert main(args) == 0
     summary = json.loads((tmp_path / "run" / "results.json").read_text())
     cell = next(iter(summary["cells"].values()))
     assert [r["seed"] for r in cell["runs"]] == [1, 2] and "median" in cell
-    assert checkpoint.load(tmp_path / "run" / "seed1" / "best")[0].heads["classifier"].labels == ("neg", "pos")
+    assert checkpoint.load(tmp_path / "run" / "seed1" / "best")[0].heads["classifier"].labels == (
+        "neg",
+        "pos",
+    )
     # `roberta predict` prints the label names the head keeps.
     (tmp_path / "new.tsv").write_text("text\nthis is good\nthis is awful\n")
-    assert main(["predict", str(tmp_path / "run" / "seed1" / "best"), "--head", "classifier", "--columns", "text",
-                 "--input", str(tmp_path / "new.tsv"), "--out", str(tmp_path / "out.tsv")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(tmp_path / "run" / "seed1" / "best"),
+                "--head",
+                "classifier",
+                "--columns",
+                "text",
+                "--input",
+                str(tmp_path / "new.tsv"),
+                "--out",
+                str(tmp_path / "out.tsv"),
+            ]
+        )
+        == 0
+    )
     rows = [r.split("\t") for r in (tmp_path / "out.tsv").read_text().splitlines()]
     assert len(rows) == 3 and {r[0] for r in rows[1:]} <= {"neg", "pos"}
 
@@ -197,10 +306,34 @@ def test_bad_fine_tuning_input_is_one_line_and_leaves_no_run(micro, sst128, tmp_
     (tmp_path / "train.csv").write_text("text,label\nfine,a\nbad,b\n")
     (tmp_path / "dev.csv").write_text("text,label\nok,c\n")
     cases = [
-        (["classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"), "--text-column",
-          "text", "--label-column", "label"], "dev.csv:2: label 'c'"),
-        (["classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"), "--text-column",
-          "sentence", "--label-column", "label"], "sentence"),
+        (
+            [
+                "classify",
+                "--train",
+                str(tmp_path / "train.csv"),
+                "--dev",
+                str(tmp_path / "dev.csv"),
+                "--text-column",
+                "text",
+                "--label-column",
+                "label",
+            ],
+            "dev.csv:2: label 'c'",
+        ),
+        (
+            [
+                "classify",
+                "--train",
+                str(tmp_path / "train.csv"),
+                "--dev",
+                str(tmp_path / "dev.csv"),
+                "--text-column",
+                "sentence",
+                "--label-column",
+                "label",
+            ],
+            "sentence",
+        ),
         (["glue", "--task", "SST-3", "--data", str(sst128)], "SST-3"),
         (["glue", "--task", "SST-2", "--data", str(tmp_path)], "train.tsv"),
         (["glue", "--task", "SST-2", "--data", str(sst128), "--optim.lr=-1"], "optim.lr"),
@@ -216,7 +349,22 @@ def test_bad_fine_tuning_input_is_one_line_and_leaves_no_run(micro, sst128, tmp_
     model, tok = checkpoint.load(micro)
     model.add_classification_head("SST-2", 3)
     checkpoint.save(tmp_path / "three", model, tok)
-    assert main(["finetune", "glue", "--task", "SST-2", "--data", str(sst128), "--init", str(tmp_path / "three"),
-                 "--out", str(tmp_path / "run")]) == 2
+    assert (
+        main(
+            [
+                "finetune",
+                "glue",
+                "--task",
+                "SST-2",
+                "--data",
+                str(sst128),
+                "--init",
+                str(tmp_path / "three"),
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     assert "head 'SST-2' has 3 outputs" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

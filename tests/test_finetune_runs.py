@@ -11,44 +11,43 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from roberta import RobertaConfig, RobertaModel, checkpoint
+from data_fixtures import glue_slice, save_micro_checkpoint
+from roberta import checkpoint
 from roberta.cli import main
-from roberta.tokenizer import load_tokenizer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 STEPS = ["--train.max_steps=4", "--train.eval_every=2", "--train.checkpoint_every=2", "--train.keep_last=0"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
-
-
 @pytest.fixture(scope="module")
 def micro(shared_data, tmp_path_factory) -> Path:
-    """A micro model (2 x 64, 130 positions) with the GPT-2 tokenizer and an unnamed 2-class head "classifier"."""
-    tok = load_tokenizer(shared_data / "gpt2_bpe")
-    torch.manual_seed(0)
-    model = RobertaModel(RobertaConfig(vocab_size=tok.vocab_size, hidden_size=64, num_layers=2, num_heads=4,
-                                       ffn_size=128, max_positions=130))
-    model.add_classification_head("classifier", 2)
-    return checkpoint.save(tmp_path_factory.mktemp("micro") / "ckpt", model, tok)
+    """A micro model (2 x 64, 130 positions) with the GPT-2 tokenizer and an unnamed 2-class head
+    "classifier"."""
+    return save_micro_checkpoint(tmp_path_factory.mktemp("micro") / "ckpt", shared_data, {"classifier": 2})
 
 
 @pytest.fixture(scope="module")
 def sst(shared_data, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("sst") / "SST-2"
-    root.mkdir()
-    lines = (shared_data / "glue" / "SST-2" / "train.tsv").read_text().splitlines(keepends=True)[:33]
-    for name in ("train.tsv", "dev.tsv"):
-        (root / name).write_text("".join(lines))
-    return root
+    return glue_slice(tmp_path_factory.mktemp("sst"), shared_data, "SST-2", 32)
 
 
 def glue(sst: Path, micro: Path, out: Path, *extra: str) -> list[str]:
-    return ["finetune", "glue", "--task", "SST-2", "--data", str(sst), "--init", str(micro), "--out", str(out),
-            "--train.batch_size=8", *STEPS, *extra]
+    return [
+        "finetune",
+        "glue",
+        "--task",
+        "SST-2",
+        "--data",
+        str(sst),
+        "--init",
+        str(micro),
+        "--out",
+        str(out),
+        "--train.batch_size=8",
+        *STEPS,
+        *extra,
+    ]
 
 
 def files(run: Path) -> dict[str, int]:
@@ -93,7 +92,10 @@ def test_resume_clears_a_killed_runs_leftovers_and_continues_bit_identically(sst
     assert not any(p.exists() for p in [*leftovers, killed / ".results.json.tmp-77.json"])
     a, b = weights(whole, 4), weights(killed, 4)
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
-    record = lambda run: {k: v for k, v in json.loads((run / "results.json").read_text()).items() if k != "evaluations"}
+
+    def record(run: Path) -> dict:
+        return {k: v for k, v in json.loads((run / "results.json").read_text()).items() if k != "evaluations"}
+
     assert record(killed) == record(whole)
 
 
@@ -112,8 +114,20 @@ def test_resume_of_seeds_continues_each_member_and_leaves_finished_ones(sst, mic
 
 def test_model_dropout_applies_and_job_records_the_model_built(sst, micro, tmp_path):
     out = tmp_path / "run"
-    assert main(glue(sst, micro, out, "--train.max_steps=2", "--model.dropout=0", "--model.attention_dropout=0",
-                     "--model.classifier_dropout=0")) == 0
+    assert (
+        main(
+            glue(
+                sst,
+                micro,
+                out,
+                "--train.max_steps=2",
+                "--model.dropout=0",
+                "--model.attention_dropout=0",
+                "--model.classifier_dropout=0",
+            )
+        )
+        == 0
+    )
     job = json.loads((out / "job.json").read_text())["job"]
     built = checkpoint.load(out / "best")[0].config
     assert job["model"] == built.to_dict()
@@ -132,13 +146,40 @@ def test_model_dropout_applies_and_job_records_the_model_built(sst, micro, tmp_p
 
 
 def test_jsonl_labels_are_classes_by_value_and_an_unnamed_head_takes_them(micro, tmp_path):
-    rows = [("a fine film", 1), ("a good film", 1.0), ("a nice film", "1"), ("a dull film", 0), ("a bad film", 0.0)] * 4
+    rows = [
+        ("a fine film", 1),
+        ("a good film", 1.0),
+        ("a nice film", "1"),
+        ("a dull film", 0),
+        ("a bad film", 0.0),
+    ] * 4
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
     out = tmp_path / "run"
-    assert main(["finetune", "classify", "--train", str(data), "--dev", str(data), "--text-column", "text",
-                 "--label-column", "label", "--init", str(micro), "--out", str(out), "--batch-size", "4",
-                 "--train.max_steps=2"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "classify",
+                "--train",
+                str(data),
+                "--dev",
+                str(data),
+                "--text-column",
+                "text",
+                "--label-column",
+                "label",
+                "--init",
+                str(micro),
+                "--out",
+                str(out),
+                "--batch-size",
+                "4",
+                "--train.max_steps=2",
+            ]
+        )
+        == 0
+    )
     head = checkpoint.load(out / "best")[0].heads["classifier"]
     assert head.labels == ("0", "1")  # the --init head was unnamed: it takes the data's labels
 
@@ -149,8 +190,29 @@ def test_a_warning_found_while_planning_is_shown_once_the_plan_passes(shared_dat
     paragraphs[0]["qas"][0]["answers"] = [{"text": "not in the context", "answer_start": 0}]
     path = tmp_path / "squad.json"
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
-    assert main(["finetune", "squad", "--version", "1.1", "--train", str(path), "--dev", str(path), "--stride", "32",
-                 "--init", str(micro), "--out", str(tmp_path / "run"), "--train.batch_size=4", "--train.max_steps=1"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "squad",
+                "--version",
+                "1.1",
+                "--train",
+                str(path),
+                "--dev",
+                str(path),
+                "--stride",
+                "32",
+                "--init",
+                str(micro),
+                "--out",
+                str(tmp_path / "run"),
+                "--train.batch_size=4",
+                "--train.max_steps=1",
+            ]
+        )
+        == 0
+    )
     warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("roberta: warning:")]
     assert len(warned) == 1 and "1 SQuAD question(s) skipped" in warned[0]
 

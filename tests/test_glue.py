@@ -17,7 +17,12 @@ from roberta.tasks.glue import TASKS, evaluate_predictions, metrics, read_split,
 
 # Every GLUE file in shared/data: (task, file, has a header, first row's (text, pair)).
 SHARED_FILES = [
-    ("CoLA", "CoLA/train.tsv", False, ("Our friends won't buy this analysis, let alone the next one we propose.", None)),
+    (
+        "CoLA",
+        "CoLA/train.tsv",
+        False,
+        ("Our friends won't buy this analysis, let alone the next one we propose.", None),
+    ),
     ("CoLA", "CoLA/dev.tsv", False, ("The sailors rode the breeze clear of the rocks.", None)),
     ("CoLA", "CoLA/cola_public_raw/in_domain_train.tsv", False, None),
     ("CoLA", "CoLA/cola_public_raw/in_domain_dev.tsv", False, None),
@@ -27,18 +32,47 @@ SHARED_FILES = [
     ("SST-2", "SST-2/test.tsv", True, ("uneasy mishmash of styles and genres .", None)),
     ("MRPC", "MRPC/train.tsv", True, None),
     # The pair opens a quote it never closes: GLUE's readers do no quote processing.
-    ("MRPC", "MRPC/dev.tsv", True, ("He said the foodservice pie business doesn't fit the company's long-term growth strategy.",
-                                    '"The foodservice pie business does not fit our long-term growth strategy.')),
+    (
+        "MRPC",
+        "MRPC/dev.tsv",
+        True,
+        (
+            "He said the foodservice pie business doesn't fit the company's long-term growth strategy.",
+            '"The foodservice pie business does not fit our long-term growth strategy.',
+        ),
+    ),
     ("MRPC", "MRPC/test.tsv", True, None),
     ("STS-B", "STS-B/train.tsv", True, ("A plane is taking off.", "An air plane is taking off.")),
-    ("STS-B", "STS-B/dev.tsv", True, ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.")),
+    (
+        "STS-B",
+        "STS-B/dev.tsv",
+        True,
+        ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing."),
+    ),
     ("STS-B", "STS-B/test.tsv", True, ("A girl is styling her hair.", "A girl is brushing her hair.")),
-    ("QNLI", "QNLI/dev.tsv", True, ("What came into force after the new constitution was herald?",
-                                    "As of that day, the new constitution heralding the Second Republic came into force.")),
-    ("RTE", "RTE/train.tsv", True, ("No Weapons of Mass Destruction Found in Iraq Yet.", "Weapons of Mass Destruction Found in Iraq.")),
+    (
+        "QNLI",
+        "QNLI/dev.tsv",
+        True,
+        (
+            "What came into force after the new constitution was herald?",
+            "As of that day, the new constitution heralding the Second Republic came into force.",
+        ),
+    ),
+    (
+        "RTE",
+        "RTE/train.tsv",
+        True,
+        ("No Weapons of Mass Destruction Found in Iraq Yet.", "Weapons of Mass Destruction Found in Iraq."),
+    ),
     ("RTE", "RTE/dev.tsv", True, None),
     ("RTE", "RTE/test.tsv", True, None),
-    ("WNLI", "WNLI/dev.tsv", True, ("The drain is clogged with hair. It has to be cleaned.", "The hair has to be cleaned.")),
+    (
+        "WNLI",
+        "WNLI/dev.tsv",
+        True,
+        ("The drain is clogged with hair. It has to be cleaned.", "The hair has to be cleaned."),
+    ),
     ("WNLI", "WNLI/test.tsv", True, None),
 ]
 
@@ -72,8 +106,10 @@ def test_glue_files_without_an_index_column_number_their_rows(shared_data):
     assert examples[0].line == 2
 
 
-MNLI_HEADER = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
-               "sentence2_parse\tsentence1\tsentence2")
+MNLI_HEADER = (
+    "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
+    "sentence2_parse\tsentence1\tsentence2"
+)
 
 
 def mnli_row(index: int, genre: str, s1: str, s2: str, labels: list[str]) -> str:
@@ -84,22 +120,52 @@ def mnli_row(index: int, genre: str, s1: str, s2: str, labels: list[str]) -> str
 def test_mnli_reader_on_the_published_layouts(tmp_path):
     task = TASKS["MNLI"]
     train = tmp_path / "train.tsv"
-    train.write_text(f"{MNLI_HEADER}\tlabel1\tgold_label\n"
-                     + mnli_row(0, "government", "Conceptually cream skimming has two basic dimensions.",
-                                "Product and geography are what make cream skimming work.", ["neutral", "neutral"]) + "\n"
-                     + mnli_row(1, "telephone", "you know during the season", "You lose the things.", ["entailment"] * 2) + "\n")
+    train.write_text(
+        f"{MNLI_HEADER}\tlabel1\tgold_label\n"
+        + mnli_row(
+            0,
+            "government",
+            "Conceptually cream skimming has two basic dimensions.",
+            "Product and geography are what make cream skimming work.",
+            ["neutral", "neutral"],
+        )
+        + "\n"
+        + mnli_row(1, "telephone", "you know during the season", "You lose the things.", ["entailment"] * 2)
+        + "\n"
+    )
     dev = tmp_path / "dev_matched.tsv"
-    dev.write_text(f"{MNLI_HEADER}\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
-                   + mnli_row(7, "fiction", "The new rights are nice enough", "Everyone really likes the newest benefits",
-                              ["neutral", "entailment", "neutral", "neutral", "neutral", "neutral"]) + "\n"
-                   + mnli_row(8, "fiction", "This site includes a list.", "The site has no list.",
-                              ["contradiction"] * 5 + ["contradiction"]) + "\n")
+    dev.write_text(
+        f"{MNLI_HEADER}\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
+        + mnli_row(
+            7,
+            "fiction",
+            "The new rights are nice enough",
+            "Everyone really likes the newest benefits",
+            ["neutral", "entailment", "neutral", "neutral", "neutral", "neutral"],
+        )
+        + "\n"
+        + mnli_row(
+            8,
+            "fiction",
+            "This site includes a list.",
+            "The site has no list.",
+            ["contradiction"] * 5 + ["contradiction"],
+        )
+        + "\n"
+    )
     test = tmp_path / "test_matched.tsv"
-    test.write_text(f"{MNLI_HEADER}\n" + mnli_row(0, "slate", "Hierbas, ans seco.", "Hierbas is a name.", []) + "\n")
+    test.write_text(
+        f"{MNLI_HEADER}\n" + mnli_row(0, "slate", "Hierbas, ans seco.", "Hierbas is a name.", []) + "\n"
+    )
 
     examples = read_split(task, train)
     assert [(e.text, e.pair, e.label, e.index) for e in examples] == [
-        ("Conceptually cream skimming has two basic dimensions.", "Product and geography are what make cream skimming work.", "neutral", "0"),
+        (
+            "Conceptually cream skimming has two basic dimensions.",
+            "Product and geography are what make cream skimming work.",
+            "neutral",
+            "0",
+        ),
         ("you know during the season", "You lose the things.", "entailment", "1"),
     ]
     assert [(e.label, e.index) for e in read_split(task, dev)] == [("neutral", "7"), ("contradiction", "8")]
@@ -111,9 +177,12 @@ def test_mnli_reader_on_the_published_layouts(tmp_path):
 def test_qqp_reader_on_the_published_layouts(tmp_path):
     task = TASKS["QQP"]
     train = tmp_path / "train.tsv"
-    train.write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
-                     '133273\t213221\t213222\tHow is the life of a math student?\t"Which level of prepration is enough?\t0\n'
-                     "402555\t536040\t536041\tHow do I control my horny emotions?\tHow do you control your horniness?\t1\n")
+    train.write_text(
+        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+        "133273\t213221\t213222\tHow is the life of a math student?\t"
+        '"Which level of prepration is enough?\t0\n'
+        "402555\t536040\t536041\tHow do I control my horny emotions?\tHow do you control your horniness?\t1\n"
+    )
     test = tmp_path / "test.tsv"
     test.write_text("id\tquestion1\tquestion2\n0\tWould the idea of Trump work?\tWill it work?\n")
     examples = read_split(task, train)
@@ -122,7 +191,8 @@ def test_qqp_reader_on_the_published_layouts(tmp_path):
         ("How do I control my horny emotions?", "How do you control your horniness?", "1", "402555"),
     ]
     assert [(e.text, e.pair, e.label, e.index) for e in read_split(task, test)] == [
-        ("Would the idea of Trump work?", "Will it work?", None, "0")]
+        ("Would the idea of Trump work?", "Will it work?", None, "0")
+    ]
 
 
 def test_task_defaults_follow_the_paper():
@@ -131,7 +201,11 @@ def test_task_defaults_follow_the_paper():
     assert (TASKS["RTE"].lr, TASKS["RTE"].batch_size) == (2e-5, 16)
     assert (TASKS["SST-2"].lr, TASKS["SST-2"].batch_size) == (1e-5, 32)
     assert TASKS["STS-B"].regression and TASKS["STS-B"].num_classes == 1
-    assert {t.name: t.metric for t in TASKS.values() if t.metric != "accuracy"} == {"CoLA": "mcc", "MRPC": "f1", "STS-B": "pearson"}
+    assert {t.name: t.metric for t in TASKS.values() if t.metric != "accuracy"} == {
+        "CoLA": "mcc",
+        "MRPC": "f1",
+        "STS-B": "pearson",
+    }
 
 
 @pytest.mark.parametrize("name", list(TASKS))
@@ -140,11 +214,17 @@ def test_metrics_match_scikit_learn_and_scipy(name):
     if task.regression:
         labels = rng.uniform(0, 5, 200)
         predictions = labels + rng.normal(0, 1, 200)
-        expected = {"pearson": pearsonr(predictions, labels)[0], "spearman": spearmanr(predictions, labels)[0]}
+        expected = {
+            "pearson": pearsonr(predictions, labels)[0],
+            "spearman": spearmanr(predictions, labels)[0],
+        }
     else:
         labels = rng.integers(0, task.num_classes, 200)
         predictions = np.where(rng.random(200) < 0.7, labels, rng.integers(0, task.num_classes, 200))
-        expected = {"accuracy": accuracy_score(labels, predictions), "mcc": matthews_corrcoef(labels, predictions)}
+        expected = {
+            "accuracy": accuracy_score(labels, predictions),
+            "mcc": matthews_corrcoef(labels, predictions),
+        }
         if task.num_classes == 2:
             expected["f1"] = f1_score(labels, predictions)
     got = metrics(task, list(predictions), list(labels))
@@ -155,9 +235,11 @@ def test_metrics_by_hand():
     # tp=1 fp=1 fn=1 tn=1
     assert metrics(TASKS["MRPC"], [1, 1, 0, 0], [1, 0, 1, 0]) == {"f1": 0.5, "accuracy": 0.5}
     # tp=2 fp=1 fn=0 tn=1: (2*1 - 1*0) / sqrt(3*2*1*2)
-    assert metrics(TASKS["CoLA"], [1, 1, 1, 0], [1, 1, 0, 0])["mcc"] == pytest.approx(2 / 12 ** 0.5)
+    assert metrics(TASKS["CoLA"], [1, 1, 1, 0], [1, 1, 0, 0])["mcc"] == pytest.approx(2 / 12**0.5)
     # x - mean = (-1, 0, 1), y - mean = (-4, -1, 5)/3: r = 3 / sqrt(2 * 42/9); ranks agree exactly
-    assert metrics(TASKS["STS-B"], [1.0, 2.0, 3.0], [1.0, 2.0, 4.0]) == pytest.approx({"pearson": 3 / (2 * 42 / 9) ** 0.5, "spearman": 1.0})
+    assert metrics(TASKS["STS-B"], [1.0, 2.0, 3.0], [1.0, 2.0, 4.0]) == pytest.approx(
+        {"pearson": 3 / (2 * 42 / 9) ** 0.5, "spearman": 1.0}
+    )
     assert metrics(TASKS["MNLI"], [0, 1, 2, 2], [0, 1, 2, 0]) == {"accuracy": 0.75}
 
 
@@ -169,8 +251,10 @@ def test_prediction_file_has_the_leaderboard_layout(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RTE.tsv", "STS-B.tsv"]  # no temporaries left
 
 
-@pytest.mark.parametrize("name, dev", [("RTE", "RTE/dev.tsv"), ("MRPC", "MRPC/dev.tsv"), ("STS-B", "STS-B/dev.tsv"),
-                                       ("CoLA", "CoLA/dev.tsv")])
+@pytest.mark.parametrize(
+    "name, dev",
+    [("RTE", "RTE/dev.tsv"), ("MRPC", "MRPC/dev.tsv"), ("STS-B", "STS-B/dev.tsv"), ("CoLA", "CoLA/dev.tsv")],
+)
 def test_roberta_evaluate_glue_prints_the_official_metrics(shared_data, tmp_path, capsys, name, dev):
     task, dev = TASKS[name], shared_data / "glue" / dev
     examples = read_split(task, dev)
@@ -183,24 +267,39 @@ def test_roberta_evaluate_glue_prints_the_official_metrics(shared_data, tmp_path
         predictions = [int(p) for p in rng.integers(0, 2, len(labels))]
     # Rows in another order than the dev file: predictions are matched by index.
     order = rng.permutation(len(examples))
-    write_predictions(task, tmp_path / "p.tsv", [examples[i].index for i in order], [predictions[i] for i in order])
-    assert main(["evaluate", "glue", "--task", name, "--dev", str(dev), "--predictions", str(tmp_path / "p.tsv")]) == 0
+    write_predictions(
+        task, tmp_path / "p.tsv", [examples[i].index for i in order], [predictions[i] for i in order]
+    )
+    assert (
+        main(
+            ["evaluate", "glue", "--task", name, "--dev", str(dev), "--predictions", str(tmp_path / "p.tsv")]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed == pytest.approx(metrics(task, predictions, labels), rel=1e-12)
     assert printed == pytest.approx(evaluate_predictions(task, dev, tmp_path / "p.tsv"))
 
 
 def test_own_data_in_csv_tsv_and_jsonl(tmp_path):
-    (tmp_path / "a.csv").write_text('id,question,answer,verdict\n7,"Is it red, or blue?","Red,\nmostly.",yes\n8,Why?,Because.,no\n')
-    (tmp_path / "a.tsv").write_text("verdict\tquestion\tanswer\nyes\tIs it red, or blue?\tRed,\\nmostly.\nno\tWhy?\tBecause.\n")
-    (tmp_path / "a.jsonl").write_text('{"question": "Is it red, or blue?", "answer": "Red", "verdict": "yes"}\n\n'
-                                      '{"question": "Why?", "answer": "Because.", "verdict": "no", "extra": 1}\n')
+    (tmp_path / "a.csv").write_text(
+        'id,question,answer,verdict\n7,"Is it red, or blue?","Red,\nmostly.",yes\n8,Why?,Because.,no\n'
+    )
+    (tmp_path / "a.tsv").write_text(
+        "verdict\tquestion\tanswer\nyes\tIs it red, or blue?\tRed,\\nmostly.\nno\tWhy?\tBecause.\n"
+    )
+    (tmp_path / "a.jsonl").write_text(
+        '{"question": "Is it red, or blue?", "answer": "Red", "verdict": "yes"}\n\n'
+        '{"question": "Why?", "answer": "Because.", "verdict": "no", "extra": 1}\n'
+    )
     expected_answers = {".csv": "Red,\nmostly.", ".tsv": "Red,\\nmostly.", ".jsonl": "Red"}
     for suffix, answer in expected_answers.items():
         path = tmp_path / f"a{suffix}"
         examples = read_labelled_file(path, "question", "answer", "verdict")
         assert [(e.text, e.pair, e.label, e.index) for e in examples] == [
-            ("Is it red, or blue?", answer, "yes", "0"), ("Why?", "Because.", "no", "1")]
+            ("Is it red, or blue?", answer, "yes", "0"),
+            ("Why?", "Because.", "no", "1"),
+        ]
         assert label_set(examples, path) == ("no", "yes")
         assert label_ids(examples, ("no", "yes"), path) == [1, 0]
     assert [e.line for e in read_labelled_file(tmp_path / "a.csv", "question")] == [2, 4]
@@ -208,43 +307,99 @@ def test_own_data_in_csv_tsv_and_jsonl(tmp_path):
 
 
 def test_label_set_sorts_numbers_numerically_and_regression_reads_floats(tmp_path):
-    (tmp_path / "t.jsonl").write_text('{"t": "a", "y": "10"}\n{"t": "b", "y": 2}\n{"t": "c", "y": "2"}\n{"t": "d", "y": "-1"}\n')
+    (tmp_path / "t.jsonl").write_text(
+        '{"t": "a", "y": "10"}\n{"t": "b", "y": 2}\n{"t": "c", "y": "2"}\n{"t": "d", "y": "-1"}\n'
+    )
     examples = read_labelled_file(tmp_path / "t.jsonl", "t", label_column="y")
     assert label_set(examples, tmp_path / "t.jsonl") == ("-1", "2", "10")
-    assert [e.label for e in read_labelled_file(tmp_path / "t.jsonl", "t", label_column="y", regression=True)] == [10.0, 2.0, 2.0, -1.0]
+    assert [
+        e.label for e in read_labelled_file(tmp_path / "t.jsonl", "t", label_column="y", regression=True)
+    ] == [10.0, 2.0, 2.0, -1.0]
 
 
 STS_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
 STS_ROW = "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane.\tAn air plane.\t"
 
 
-@pytest.mark.parametrize("name, content, read, message", [
-    ("a.csv", "text,verdict\nhi,yes\n", lambda p: read_labelled_file(p, "text", label_column="label"),
-     "a.csv:1: no column 'label' in the header (columns: text, verdict)"),
-    ("a.tsv", "text\tlabel\nhi\tyes\nno label here\n", lambda p: read_labelled_file(p, "text", label_column="label"),
-     "a.tsv:3: 1 fields, expected 2"),
-    ("a.jsonl", '{"text": "hi", "y": 1}\n{"text": "ho"}\n', lambda p: read_labelled_file(p, "text", label_column="y"),
-     "a.jsonl:2: no field 'y'"),
-    ("a.jsonl", '{"text": "hi", "y": 1}\n{"text": "ho", y: 2}\n', lambda p: read_labelled_file(p, "text", label_column="y"),
-     "a.jsonl:2: invalid JSON"),
-    ("a.csv", "text,score\nhi,0.5\nho,high\n", lambda p: read_labelled_file(p, "text", label_column="score", regression=True),
-     'a.csv:3: score "high" is not a number'),
-    ("a.csv", "text,label\n", lambda p: read_labelled_file(p, "text", label_column="label"), "a.csv: no examples"),
-    ("a.tsv", "", lambda p: read_labelled_file(p, "text"), "a.tsv: empty file"),
-    ("a.txt", "text\n", lambda p: read_labelled_file(p, "text"), "a.txt: unknown format '.txt'"),
-    ("dev.tsv", STS_HEADER + STS_ROW + "4.2\n" + STS_ROW + "n/a\n", lambda p: read_split(TASKS["STS-B"], p),
-     'dev.tsv:3: score "n/a" is not a number'),
-    ("dev.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\n",
-     lambda p: read_split(TASKS["RTE"], p), "dev.tsv:3: 3 fields, expected 4"),
-    ("dev.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tmaybe\n",
-     lambda p: label_ids(read_split(TASKS["RTE"], p), TASKS["RTE"].labels, p),
-     "dev.tsv:3: label 'maybe' is not one of the training labels (entailment, not_entailment)"),
-    ("dev.tsv", "index\tsentence1\tlabel\n0\ta\tentailment\n", lambda p: read_split(TASKS["RTE"], p),
-     "dev.tsv:1: no column 'sentence2'"),
-    ("dev.tsv", "index\tsentence1\tsentence2\n0\ta\tb\n", lambda p: read_split(TASKS["RTE"], p, labelled=True),
-     "dev.tsv:1: no column 'label'"),
-    ("dev.tsv", "index\tsentence1\tsentence2\tlabel\n", lambda p: read_split(TASKS["RTE"], p), "dev.tsv: no examples"),
-])
+@pytest.mark.parametrize(
+    "name, content, read, message",
+    [
+        (
+            "a.csv",
+            "text,verdict\nhi,yes\n",
+            lambda p: read_labelled_file(p, "text", label_column="label"),
+            "a.csv:1: no column 'label' in the header (columns: text, verdict)",
+        ),
+        (
+            "a.tsv",
+            "text\tlabel\nhi\tyes\nno label here\n",
+            lambda p: read_labelled_file(p, "text", label_column="label"),
+            "a.tsv:3: 1 fields, expected 2",
+        ),
+        (
+            "a.jsonl",
+            '{"text": "hi", "y": 1}\n{"text": "ho"}\n',
+            lambda p: read_labelled_file(p, "text", label_column="y"),
+            "a.jsonl:2: no field 'y'",
+        ),
+        (
+            "a.jsonl",
+            '{"text": "hi", "y": 1}\n{"text": "ho", y: 2}\n',
+            lambda p: read_labelled_file(p, "text", label_column="y"),
+            "a.jsonl:2: invalid JSON",
+        ),
+        (
+            "a.csv",
+            "text,score\nhi,0.5\nho,high\n",
+            lambda p: read_labelled_file(p, "text", label_column="score", regression=True),
+            'a.csv:3: score "high" is not a number',
+        ),
+        (
+            "a.csv",
+            "text,label\n",
+            lambda p: read_labelled_file(p, "text", label_column="label"),
+            "a.csv: no examples",
+        ),
+        ("a.tsv", "", lambda p: read_labelled_file(p, "text"), "a.tsv: empty file"),
+        ("a.txt", "text\n", lambda p: read_labelled_file(p, "text"), "a.txt: unknown format '.txt'"),
+        (
+            "dev.tsv",
+            STS_HEADER + STS_ROW + "4.2\n" + STS_ROW + "n/a\n",
+            lambda p: read_split(TASKS["STS-B"], p),
+            'dev.tsv:3: score "n/a" is not a number',
+        ),
+        (
+            "dev.tsv",
+            "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\n",
+            lambda p: read_split(TASKS["RTE"], p),
+            "dev.tsv:3: 3 fields, expected 4",
+        ),
+        (
+            "dev.tsv",
+            "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tmaybe\n",
+            lambda p: label_ids(read_split(TASKS["RTE"], p), TASKS["RTE"].labels, p),
+            "dev.tsv:3: label 'maybe' is not one of the training labels (entailment, not_entailment)",
+        ),
+        (
+            "dev.tsv",
+            "index\tsentence1\tlabel\n0\ta\tentailment\n",
+            lambda p: read_split(TASKS["RTE"], p),
+            "dev.tsv:1: no column 'sentence2'",
+        ),
+        (
+            "dev.tsv",
+            "index\tsentence1\tsentence2\n0\ta\tb\n",
+            lambda p: read_split(TASKS["RTE"], p, labelled=True),
+            "dev.tsv:1: no column 'label'",
+        ),
+        (
+            "dev.tsv",
+            "index\tsentence1\tsentence2\tlabel\n",
+            lambda p: read_split(TASKS["RTE"], p),
+            "dev.tsv: no examples",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_naming_file_and_line(tmp_path, name, content, read, message):
     path = tmp_path / name
     path.write_text(content)
@@ -263,13 +418,35 @@ def test_invalid_utf8_names_the_line(tmp_path):
 def test_evaluate_glue_errors_exit_2_with_one_line(tmp_path, capsys):
     dev = tmp_path / "dev.tsv"
     dev.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n5\tc\td\tnot_entailment\n")
-    cases = [("index\tprediction\n0\tentailment\n", f"{tmp_path}/p.tsv: no prediction for index 5 ({dev}:3)"),
-             ("index\tprediction\n0\tentailment\n5\tyes\n", f"{tmp_path}/p.tsv:3: prediction 'yes' is not a RTE label"),
-             ("index\tprediction\n0\tentailment\n0\tentailment\n", f"{tmp_path}/p.tsv:3: index 0 repeats line 2"),
-             ("index\tprediction\n0\tentailment\n5\tentailment\n9\tentailment\n", f"{tmp_path}/p.tsv:4: index 9 is not in {dev}")]
+    cases = [
+        ("index\tprediction\n0\tentailment\n", f"{tmp_path}/p.tsv: no prediction for index 5 ({dev}:3)"),
+        (
+            "index\tprediction\n0\tentailment\n5\tyes\n",
+            f"{tmp_path}/p.tsv:3: prediction 'yes' is not a RTE label",
+        ),
+        ("index\tprediction\n0\tentailment\n0\tentailment\n", f"{tmp_path}/p.tsv:3: index 0 repeats line 2"),
+        (
+            "index\tprediction\n0\tentailment\n5\tentailment\n9\tentailment\n",
+            f"{tmp_path}/p.tsv:4: index 9 is not in {dev}",
+        ),
+    ]
     for content, message in cases:
         (tmp_path / "p.tsv").write_text(content)
-        assert main(["evaluate", "glue", "--task", "RTE", "--dev", str(dev), "--predictions", str(tmp_path / "p.tsv")]) == 2
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "glue",
+                    "--task",
+                    "RTE",
+                    "--dev",
+                    str(dev),
+                    "--predictions",
+                    str(tmp_path / "p.tsv"),
+                ]
+            )
+            == 2
+        )
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.startswith(f"roberta: error: {message}") and captured.err.count("\n") == 1
@@ -279,14 +456,29 @@ def test_evaluate_glue_reports_an_undefined_correlation_as_null_in_valid_json(tm
     dev = tmp_path / "dev.tsv"
     dev.write_text("index\tsentence1\tsentence2\tscore\n0\ta\tb\t1.0\n1\tc\td\t4.0\n2\te\tf\t2.5\n")
     write_predictions(TASKS["STS-B"], tmp_path / "p.tsv", ["0", "1", "2"], [3.0, 3.0, 3.0])
-    assert main(["evaluate", "glue", "--task", "STS-B", "--dev", str(dev), "--predictions", str(tmp_path / "p.tsv")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "glue",
+                "--task",
+                "STS-B",
+                "--dev",
+                str(dev),
+                "--predictions",
+                str(tmp_path / "p.tsv"),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
 
     def no_nan(constant: str):
         raise AssertionError(f"{constant} is not JSON")
 
     assert json.loads(captured.out, parse_constant=no_nan) == {"pearson": None, "spearman": None}
-    assert captured.err == f"roberta: warning: pearson, spearman undefined: {tmp_path}/p.tsv predicts the same value everywhere\n"
+    why = f"{tmp_path}/p.tsv predicts the same value everywhere"
+    assert captured.err == f"roberta: warning: pearson, spearman undefined: {why}\n"
     # MCC of constant predictions and F1 without positives are 0, as scikit-learn (GLUE's scorer) makes
     # them; during training a correlation is NaN (never the best checkpoint); all without warnings.
     with warnings.catch_warnings():

@@ -25,8 +25,15 @@ TOLERANCE = 1e-4
 
 
 def train_losses(run_dir: Path, *overrides: str) -> list[float]:
-    train_fixtures.run(run_dir, [f"--train.max_steps={STEPS}", f"--train.checkpoint_every={STEPS}",
-                                 f"--train.eval_every={STEPS}", *overrides])
+    train_fixtures.run(
+        run_dir,
+        [
+            f"--train.max_steps={STEPS}",
+            f"--train.checkpoint_every={STEPS}",
+            f"--train.eval_every={STEPS}",
+            *overrides,
+        ],
+    )
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in records if r["split"] == "train"]
 
@@ -50,8 +57,11 @@ def test_adamw_implementations_follow_the_same_curve(implementation, tmp_path, o
     assert other == pytest.approx(fused, rel=1e-5)
 
 
-@pytest.mark.parametrize("switch, step", [("--data.last_layer_masked_only", Selected), ("--data.unpad", Unpadded)],
-                         ids=["last_layer_masked_only", "unpad"])
+@pytest.mark.parametrize(
+    "switch, step",
+    [("--model.last_layer_masked_only", Selected), ("--model.unpad", Unpadded)],
+    ids=["last_layer_masked_only", "unpad"],
+)
 def test_the_models_speed_switches_follow_the_same_curve(switch, step, tmp_path, one_thread, monkeypatch):
     """By default the last layer computes the masked positions only, and the layers the real tokens
     only (the micro batches are ~22% padding); each switch off (every position, the padded batch)

@@ -33,8 +33,9 @@ def test_bf16_forward_on_the_flash_kernel_matches_fp32():
 
 
 def test_micro_job_trains_in_bf16_on_cuda(tmp_path):
-    train_fixtures.run(tmp_path, ["--train.device=cuda", "--train.precision=bf16", "--train.max_steps=12",
-                                  "--optim.lr=3e-3"])
+    train_fixtures.run(
+        tmp_path, ["--train.device=cuda", "--train.precision=bf16", "--train.max_steps=12", "--optim.lr=3e-3"]
+    )
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     valid = [r["loss"] for r in records if r["split"] == "valid"]
     assert all(math.isfinite(loss) for loss in valid)

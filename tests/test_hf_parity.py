@@ -15,7 +15,9 @@ from roberta.convert import export_hf, read_hf
 TOLERANCE = 1e-5
 SHAPES = {
     "tiny": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
-    "base-width-2-layers": dict(num_hidden_layers=2, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "base-width-2-layers": dict(
+        num_hidden_layers=2, hidden_size=768, num_attention_heads=12, intermediate_size=3072
+    ),
 }
 
 
@@ -73,11 +75,17 @@ def test_in_training_dropout_gives_hfs_step(tmp_path):
     model.train(), hf.train()
     tokens = padded_batch(1000, lengths=(12, 12, 12))  # no padding: both run attention unmasked
     logits = []
-    for run in (lambda: model.lm_logits(model(tokens).last_hidden_state), lambda: hf(input_ids=tokens).logits):
+    for run in (
+        lambda: model.lm_logits(model(tokens).last_hidden_state),
+        lambda: hf(input_ids=tokens).logits,
+    ):
         torch.manual_seed(7)
         logits.append(run())
         logits[-1].square().mean().backward()
-    ours_grad, hf_grad = model.layers[0].fc1.weight.grad, hf.roberta.encoder.layer[0].intermediate.dense.weight.grad
+    ours_grad, hf_grad = (
+        model.layers[0].fc1.weight.grad,
+        hf.roberta.encoder.layer[0].intermediate.dense.weight.grad,
+    )
     assert_close([logits[0]], [logits[1]])
     torch.testing.assert_close(ours_grad, hf_grad, rtol=1e-4, atol=1e-7)
     torch.manual_seed(8)  # another seed, another mask: the check above could not pass by accident

@@ -12,20 +12,35 @@ import torch.nn.functional as F
 
 import roberta
 from roberta import Roberta, RobertaConfig, RobertaModel, UserError, cli
+from roberta.batching import length_batches, pad
 from roberta.checkpoint import save
 from roberta.convert import export_fairseq, export_hf
-from roberta.hub import length_batches, pad_batch
 from roberta.infer import embed_file
 from roberta.model import SpanHead
-from roberta.tasks.squad import answer_windows
+from roberta.padding import Layout
+from roberta.tasks.squad_data import answer_windows
 from roberta.tokenizer import load_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
+
 # GPT-2's vocabulary on a micro encoder; 64 positions so that "too long" is cheap to reach.
-MICRO = RobertaConfig(hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=66, dropout=0.0,
-                      attention_dropout=0.0)
+MICRO = RobertaConfig(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    ffn_size=64,
+    max_positions=66,
+    dropout=0.0,
+    attention_dropout=0.0,
+)
 ANSWERS = {"The capital of France is <mask>.": " Paris", "The capital of Italy is <mask>.": " Rome"}
-TEXTS = ["Hello world!", "A somewhat longer sentence, with a comma and more words in it.", "x",
-         "Short one.", "The quick brown fox jumps over the lazy dog and keeps on running far away."]
+TEXTS = [
+    "Hello world!",
+    "A somewhat longer sentence, with a comma and more words in it.",
+    "x",
+    "Short one.",
+    "The quick brown fox jumps over the lazy dog and keeps on running far away.",
+]
 
 
 def train_to_fill(hub: Roberta, steps: int = 60) -> None:
@@ -47,11 +62,6 @@ def train_to_fill(hub: Roberta, steps: int = 60) -> None:
         loss.backward()
         optimizer.step()
     hub.eval()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
 
 
 def trained_hub(shared_data: Path, config: RobertaConfig, steps: int = 60) -> Roberta:
@@ -83,7 +93,7 @@ def test_length_batches_sort_fit_the_budget_and_cover_every_index():
         assert len(b) * max(lengths[i] for i in b) <= 80
     widths = [lengths[b[0]] for b in batches]
     assert widths == sorted(widths, reverse=True)
-    assert pad_batch([[0, 5, 2], [0, 2]], pad_id=1).tolist() == [[0, 5, 2], [0, 2, 1]]
+    assert pad([[0, 5, 2], [0, 2]], pad_id=1).tolist() == [[0, 5, 2], [0, 2, 1]]
 
 
 def test_encode_and_decode_follow_fairseq(hub):
@@ -93,7 +103,7 @@ def test_encode_and_decode_follow_fairseq(hub):
     assert hub.encode("Hello", "world", no_separator=True).tolist() == [0, 31414, 2, 8331, 2]
     assert hub.decode(hub.encode("Hello world!")) == "Hello world!"
     assert hub.decode(pair) == ["Hello", "world"]
-    assert hub.decode(pad_batch(hub.encode_batch(["a b", "Hello world!"]), 1)) == ["a b", "Hello world!"]
+    assert hub.decode(pad(hub.encode_batch(["a b", "Hello world!"]), 1)) == ["a b", "Hello world!"]
     assert [s.tolist() for s in hub.encode_batch(["Hello"], ["world"])] == [pair.tolist()]
 
 
@@ -112,7 +122,7 @@ def test_batched_features_equal_one_by_one(hub):
         for one, many in zip(hub.extract_features(seq, return_all_hiddens=True), all_layers, strict=True):
             assert (one[0] - many).abs().max() <= 1e-5
     # A padded 2-D tensor runs as given, as in fairseq.
-    padded = hub.extract_features(pad_batch(seqs, 1))
+    padded = hub.extract_features(pad(seqs, 1))
     assert (padded[1, : len(seqs[1])] - batched[1]).abs().max() <= 1e-5
 
 
@@ -125,7 +135,7 @@ def test_return_all_hiddens_is_embeddings_then_every_layer(hub):
     with torch.no_grad():
         m = hub.model
         x = hiddens[0]
-        assert torch.allclose(hiddens[1], m.layers[0](x, None), atol=1e-6)
+        assert torch.allclose(hiddens[1], m.layers[0](x, Layout(attn_mask=None, unpadded=None)), atol=1e-6)
         positions = torch.arange(2, 7)[None]
         embedded = m.embed_layer_norm(m.embed_tokens(tokens[None]) + m.embed_positions(positions))
         assert torch.allclose(x, embedded, atol=1e-6)
@@ -177,7 +187,8 @@ def test_fill_mask_keeps_fairseq_spacing(hub):
         assert filled == "The capital of France is" + token + "."
     # fairseq right-strips each side, so trailing spaces before <mask> do not change the tokens.
     assert hub.fill_mask("The capital of France is   <mask>.")[0][1] == pytest.approx(
-        hub.fill_mask("The capital of France is <mask>.")[0][1], abs=1e-6)
+        hub.fill_mask("The capital of France is <mask>.")[0][1], abs=1e-6
+    )
     starts = hub.fill_mask("<mask> is the capital of France.", topk=1)
     assert starts[0][0] == starts[0][2] + " is the capital of France."
 
@@ -199,7 +210,10 @@ def test_same_results_from_our_hf_and_fairseq_directories(hub, checkpoint_dir, t
         assert loaded.fill_mask("The capital of Italy is <mask>.", topk=1)[0][2] == " Rome"
     from_dir = Roberta.from_pretrained(fairseq_dir, checkpoint_file="model.pt")
     assert (from_dir.extract_features(seqs[0])[0] - expected[0]).abs().max() <= 1e-5
-    assert Roberta.from_pretrained(checkpoint_dir).fill_mask("The capital of France is <mask>.")[0][2] == " Paris"
+    assert (
+        Roberta.from_pretrained(checkpoint_dir).fill_mask("The capital of France is <mask>.")[0][2]
+        == " Paris"
+    )
 
 
 def test_bad_inputs_are_clear_user_errors(hub, checkpoint_dir):
@@ -224,7 +238,11 @@ def test_bad_inputs_are_clear_user_errors(hub, checkpoint_dir):
     assert len(cut) == 64 and cut[-1] == hub.tokenizer.eos_id
     with pytest.warns(UserWarning):
         pair = hub.encode(long, "world", truncate=True)
-    assert len(pair) == 64 and pair[-3:].tolist() == [2, 8331, 2]  # the short text survives, the long one is cut
+    assert len(pair) == 64 and pair[-3:].tolist() == [
+        2,
+        8331,
+        2,
+    ]  # the short text survives, the long one is cut
     with pytest.raises(UserError, match="layer 5 out of range"):
         hub.embed([seq], layer=5)
     with pytest.raises(UserError, match="pool 'max' unknown"):
@@ -246,7 +264,9 @@ def test_device_dtype_and_mode_switches(hub):
 def test_embed_file_streams_in_chunks(hub, tmp_path):
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
     embed_file(hub, tmp_path / "texts.txt", tmp_path / "one.npy", pool="mean", progress=False)
-    embed_file(hub, tmp_path / "texts.txt", tmp_path / "chunked.npy", pool="mean", chunk_lines=2, progress=False)
+    embed_file(
+        hub, tmp_path / "texts.txt", tmp_path / "chunked.npy", pool="mean", chunk_lines=2, progress=False
+    )
     one, chunked = np.load(tmp_path / "one.npy"), np.load(tmp_path / "chunked.npy")
     assert one.shape == (len(TEXTS), MICRO.hidden_size) and one.dtype == np.float32
     np.testing.assert_allclose(one, chunked, atol=1e-5)
@@ -263,19 +283,55 @@ def test_cli_fill_mask_embed_predict_end_to_end(hub, checkpoint_dir, tmp_path, c
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "vectors.npy"
-    assert cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), "--layer", "-1", "--pool", "cls",
-                     "--batch-tokens", "64", "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "embed",
+                ckpt,
+                "--input",
+                str(texts),
+                "--out",
+                str(out),
+                "--layer",
+                "-1",
+                "--pool",
+                "cls",
+                "--batch-tokens",
+                "64",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     np.testing.assert_allclose(np.load(out), hub.embed(hub.encode_batch(TEXTS)).numpy(), atol=1e-5)
 
     rows = [("id", "sentence1", "sentence2"), ("a", "Hello", "world"), ("b", TEXTS[1], TEXTS[4])]
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join("\t".join(r) + "\n" for r in rows))
     preds = tmp_path / "preds.tsv"
-    assert cli.main(["predict", ckpt, "--head", "sentiment", "--input", str(tsv), "--out", str(preds),
-                     "--columns", "sentence1,sentence2", "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "predict",
+                ckpt,
+                "--head",
+                "sentiment",
+                "--input",
+                str(tsv),
+                "--out",
+                str(preds),
+                "--columns",
+                "sentence1,sentence2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     header, *body = [line.split("\t") for line in preds.read_text().splitlines()]
     assert header == ["label", "p0", "p1", "p2"] and len(body) == 2
-    expected = hub.predict("sentiment", hub.encode_batch([r[1] for r in rows[1:]], [r[2] for r in rows[1:]])).exp()
+    expected = hub.predict(
+        "sentiment", hub.encode_batch([r[1] for r in rows[1:]], [r[2] for r in rows[1:]])
+    ).exp()
     for row, probs in zip(body, expected):
         assert int(row[0]) == int(probs.argmax())
         np.testing.assert_allclose([float(p) for p in row[1:]], probs.numpy(), atol=1e-5)
@@ -290,18 +346,41 @@ def test_cli_errors_name_file_and_line_and_write_nothing(checkpoint_dir, tmp_pat
     assert cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), "--no-progress"]) == 2
     assert f"{texts}:3: text of 103 tokens is longer" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.txt"]
-    assert cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), "--truncate", "--no-progress"]) == 0
+    assert (
+        cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), "--truncate", "--no-progress"])
+        == 0
+    )
     assert "roberta: warning: truncated 1 text(s) to the model's" in capsys.readouterr().err
     assert np.load(out).shape == (3, MICRO.hidden_size)
 
     tsv = tmp_path / "rows.tsv"
     tsv.write_text("a\tb\nonly-one-column\n")
     preds = tmp_path / "preds.tsv"
-    assert cli.main(["predict", ckpt, "--head", "sentiment", "--input", str(tsv), "--out", str(preds),
-                     "--columns", "0,1", "--no-progress"]) == 2
+    assert (
+        cli.main(
+            [
+                "predict",
+                ckpt,
+                "--head",
+                "sentiment",
+                "--input",
+                str(tsv),
+                "--out",
+                str(preds),
+                "--columns",
+                "0,1",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert f"{tsv}:2: 1 column(s), but column 1 holds text" in capsys.readouterr().err
-    assert cli.main(["predict", ckpt, "--head", "nope", "--input", str(tsv), "--out", str(preds),
-                     "--no-progress"]) == 2
+    assert (
+        cli.main(
+            ["predict", ckpt, "--head", "nope", "--input", str(tsv), "--out", str(preds), "--no-progress"]
+        )
+        == 2
+    )
     assert "unknown head 'nope'" in capsys.readouterr().err
     assert cli.main(["fill-mask", ckpt, "no mask"]) == 2
     assert "exactly one <mask>" in capsys.readouterr().err
@@ -310,7 +389,8 @@ def test_cli_errors_name_file_and_line_and_write_nothing(checkpoint_dir, tmp_pat
 
 @pytest.fixture(scope="module")
 def qa_hub(shared_data) -> Roberta:
-    """130 positions, so a 128-token window, and an untrained span head: its spans are arbitrary, well formed."""
+    """130 positions, so a 128-token window, and an untrained span head: its spans are arbitrary, well
+    formed."""
     torch.manual_seed(0)
     config = dataclasses.replace(MICRO, max_positions=130)
     hub = Roberta(RobertaModel(config), load_tokenizer(shared_data / "gpt2_bpe")).eval()
@@ -331,14 +411,20 @@ def test_answer_reads_a_long_context_on_a_130_position_model(qa_hub):
     spans = qa_hub.answer("Which box holds item 41?", context, topk=25)
     assert len(spans) == 25  # more than decoding's default 20 candidates
     assert [s for _, s, _ in spans] == sorted((s for _, s, _ in spans), reverse=True)
-    assert all(text and context[start:start + len(text)] == text for text, _, start in spans)
+    assert all(text and context[start : start + len(text)] == text for text, _, start in spans)
     assert {start for _, _, start in spans if start > len(context) // 2}  # later windows are read too
 
 
 def test_answer_takes_one_question_or_a_list(qa_hub):
-    questions, context = ("Who went home?", "Where did Bob go?", "When?"), "Bob went home after the game on Sunday."
+    questions, context = (
+        ("Who went home?", "Where did Bob go?", "When?"),
+        "Bob went home after the game on Sunday.",
+    )
     alone = [qa_hub.answer(q, context, topk=2) for q in questions]
-    for together in (qa_hub.answer(list(questions), context, topk=2), qa_hub.answer(questions, [context] * 3, topk=2)):
+    for together in (
+        qa_hub.answer(list(questions), context, topk=2),
+        qa_hub.answer(questions, [context] * 3, topk=2),
+    ):
         assert len(together) == 3
         for got, expected in zip(together, alone):
             assert [(t, at) for t, _, at in got] == [(t, at) for t, _, at in expected]
@@ -346,5 +432,5 @@ def test_answer_takes_one_question_or_a_list(qa_hub):
     # A context of only whitespace has no span, alone or among others.
     assert qa_hub.answer("Who?", " \n\t ") == []
     blank, full = qa_hub.answer(["Who?", "Who?"], [" ", context])
-    (text, _, start), = qa_hub.answer("Who?", context)
+    ((text, _, start),) = qa_hub.answer("Who?", context)
     assert blank == [] and [(t, at) for t, _, at in full] == [(text, start)]

@@ -32,8 +32,14 @@ print(json.dumps({"setting": os.environ.get("THP_MEM_ALLOC_ENABLE"), "losses": l
 
 def probe(**env: str) -> dict:
     base = {k: v for k, v in os.environ.items() if k != SETTING}
-    out = subprocess.run([sys.executable, "-c", PROBE], env={**base, **env, "OMP_NUM_THREADS": "1"},
-                         capture_output=True, text=True, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={**base, **env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 

@@ -24,23 +24,31 @@ from roberta.model import RobertaModel, SpanHead
 from roberta.tasks.glue import get_task, predict_test_file
 from test_hub import ANSWERS, trained_hub
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
+
 # Weights drawn 10x wider than BERT's N(0, 0.02): at 0.02 a random micro model's output is nearly
 # all embedding, so int8 could do anything to the Linear layers unseen (cosine 1.00000 with fp32);
 # at 0.2 they carry much of it (here: cosine 0.9991 at the least, vectors up to 0.14 apart, head
 # logits up to 0.07 apart). 256 positions leave `answer` room for its windows.
-MICRO = RobertaConfig(hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=258, init_std=0.2,
-                      dropout=0.0, attention_dropout=0.0)
+MICRO = RobertaConfig(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    ffn_size=64,
+    max_positions=258,
+    init_std=0.2,
+    dropout=0.0,
+    attention_dropout=0.0,
+)
 WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
 TEXTS = [" ".join(random.Random(k).choices(WORDS, k=3 + k % 17)) for k in range(64)]
 QUESTIONS = ["Where is Paris?", "What is red?", "Who sat on the mat?"]
-CONTEXTS = ["Paris is the capital of France, a country in Europe.", "The big red dog sat under a tree.",
-            "The cat sat on the mat and then it ran."]
+CONTEXTS = [
+    "Paris is the capital of France, a country in Europe.",
+    "The big red dog sat under a tree.",
+    "The cat sat on the mat and then it ran.",
+]
 ROBERTA = Path(sys.executable).with_name("roberta")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +86,23 @@ def test_int8_vectors_stay_close_to_fp32(fp32, int8, layer, pool):
 
 def test_int8_labels_fillings_and_answers_mostly_agree(fp32, int8):
     ids = fp32.encode_batch(TEXTS)
-    a, b = fp32.predict("sentiment", ids, return_logits=True), int8.predict("sentiment", ids, return_logits=True)
+    a, b = (
+        fp32.predict("sentiment", ids, return_logits=True),
+        int8.predict("sentiment", ids, return_logits=True),
+    )
     assert a.argmax(-1).eq(b.argmax(-1)).float().mean() >= 0.9  # observed 64 of 64 (untrained models: 62-63)
     assert 1e-3 < (a - b).abs().max() < 0.5
     for text, answer in ANSWERS.items():
-        (_, score, token), = int8.fill_mask(text, topk=1)
+        ((_, score, token),) = int8.fill_mask(text, topk=1)
         assert token == answer and score == pytest.approx(fp32.fill_mask(text, topk=1)[0][1], abs=0.01)
     masked = [t.replace("mat", "<mask>", 1) for t in TEXTS if "mat" in t]
-    assert fp32.mask_logits(masked).argmax(-1).eq(int8.mask_logits(masked).argmax(-1)).float().mean() >= 0.8  # 23 of 23
+    assert (
+        fp32.mask_logits(masked).argmax(-1).eq(int8.mask_logits(masked).argmax(-1)).float().mean() >= 0.8
+    )  # 23 of 23
     # An untrained span head ranks spans a few hundredths apart: int8 may reorder them, not move them far.
-    for fp32_spans, int8_spans in zip(fp32.answer(QUESTIONS, CONTEXTS, topk=3), int8.answer(QUESTIONS, CONTEXTS, topk=3)):
+    for fp32_spans, int8_spans in zip(
+        fp32.answer(QUESTIONS, CONTEXTS, topk=3), int8.answer(QUESTIONS, CONTEXTS, topk=3)
+    ):
         best, score, start = fp32_spans[0]
         near = {(text, at): s for text, s, at in int8_spans}
         assert abs(near[best, start] - score) < 0.2  # observed 0.074 at most
@@ -120,12 +135,23 @@ def checkpoint_dir(fp32, tmp_path_factory) -> Path:
 
 def test_cli_int8_off_the_cpu_is_one_line_before_loading(checkpoint_dir, tmp_path, capsys):
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
-    argv = ["embed", str(checkpoint_dir), "--input", str(tmp_path / "texts.txt"), "--out", str(tmp_path / "v.npy"),
-            "--no-progress", "--int8", "--device", "meta"]
+    argv = [
+        "embed",
+        str(checkpoint_dir),
+        "--input",
+        str(tmp_path / "texts.txt"),
+        "--out",
+        str(tmp_path / "v.npy"),
+        "--no-progress",
+        "--int8",
+        "--device",
+        "meta",
+    ]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
         "roberta: error: int8 runs on the CPU only (torch's x86/fbgemm dynamic quantization), not on device "
-        "'meta': load the model on cpu"]
+        "'meta': load the model on cpu"
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.txt"]
 
 
@@ -136,35 +162,80 @@ def test_cli_int8_embed_through_the_roberta_command(fp32, checkpoint_dir, tmp_pa
     ids = fp32.encode_batch(TEXTS)
     sample = len(first_batch(ids, 128))
     assert 1 < sample < len(TEXTS)  # the agreement is measured on one batch, not the whole input
-    done = subprocess.run([str(ROBERTA), "embed", str(checkpoint_dir), "--input", str(texts), "--out",
-                           str(tmp_path / "v.npy"), "--int8", "--batch-tokens", "128", "--no-progress"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [
+            str(ROBERTA),
+            "embed",
+            str(checkpoint_dir),
+            "--input",
+            str(texts),
+            "--out",
+            str(tmp_path / "v.npy"),
+            "--int8",
+            "--batch-tokens",
+            "128",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{tmp_path / 'v.npy'}: {len(TEXTS)} vectors"
     (line,) = done.stderr.splitlines()  # the agreement, and nothing else (no notice from torch.ao)
     assert line.startswith(f"int8 vs fp32 on the first {sample} input(s): cosine min 0.99")
     vectors, expected = torch.from_numpy(np.load(tmp_path / "v.npy")), fp32.embed(ids)
-    assert F.cosine_similarity(vectors, expected, dim=-1).min() > 0.99 and (vectors - expected).abs().max() > 1e-3
+    assert (
+        F.cosine_similarity(vectors, expected, dim=-1).min() > 0.99
+        and (vectors - expected).abs().max() > 1e-3
+    )
 
 
 def test_cli_int8_predict_and_fill_mask(fp32, checkpoint_dir, tmp_path, capsys):
     rows = tmp_path / "rows.tsv"
     rows.write_text("sentence\n" + "\n".join(TEXTS) + "\n")
-    assert cli.main(["predict", str(checkpoint_dir), "--head", "sentiment", "--input", str(rows), "--out",
-                     str(tmp_path / "p.tsv"), "--columns", "sentence", "--int8", "--no-progress"]) == 0
+    assert (
+        cli.main(
+            [
+                "predict",
+                str(checkpoint_dir),
+                "--head",
+                "sentiment",
+                "--input",
+                str(rows),
+                "--out",
+                str(tmp_path / "p.tsv"),
+                "--columns",
+                "sentence",
+                "--int8",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     (line,) = capsys.readouterr().err.splitlines()
     expected = fp32.predict("sentiment", fp32.encode_batch(TEXTS)).argmax(-1).numpy()
     labels = np.array([int(r.split("\t")[0]) for r in (tmp_path / "p.tsv").read_text().splitlines()[1:]])
     same = int(np.sum(labels == expected))
     assert len(labels) == len(TEXTS) and same >= 0.9 * len(TEXTS)
-    assert line.startswith(f"int8 vs fp32 on the first {len(TEXTS)} input(s): top-1 agrees on {same}/{len(TEXTS)} ")
+    assert line.startswith(
+        f"int8 vs fp32 on the first {len(TEXTS)} input(s): top-1 agrees on {same}/{len(TEXTS)} "
+    )
     assert 1e-3 < float(line.split("max |logit difference| ")[1]) < 0.5  # int8 ran, and stayed close
 
-    assert cli.main(["fill-mask", str(checkpoint_dir), "The capital of France is <mask>.", "--topk", "2", "--int8"]) == 0
+    assert (
+        cli.main(
+            ["fill-mask", str(checkpoint_dir), "The capital of France is <mask>.", "--topk", "2", "--int8"]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].endswith("\t' Paris'\tThe capital of France is Paris.")
     (line,) = captured.err.splitlines()
-    assert line.startswith("int8 vs fp32 on the first 1 input(s): top-1 agrees on 1/1 (100.0%), max |logit difference| ")
+    assert line.startswith(
+        "int8 vs fp32 on the first 1 input(s): top-1 agrees on 1/1 (100.0%), max |logit difference| "
+    )
     assert float(line.split("max |logit difference| ")[1]) > 1e-3
 
 
@@ -172,19 +243,28 @@ def test_glue_test_file_with_int8(fp32, tmp_path, capsys):
     hub = Roberta(deepcopy(fp32.model), fp32.tokenizer).eval()
     hub.register_classification_head("SST-2", 2)
     expected = hub.predict("SST-2", hub.encode_batch(TEXTS)).argmax(-1).tolist()
-    (tmp_path / "test.tsv").write_text("index\tsentence\n" + "".join(f"{k}\t{t}\n" for k, t in enumerate(TEXTS)))
-    assert predict_test_file(hub, get_task("SST-2"), tmp_path / "test.tsv", tmp_path / "SST-2.tsv", int8=True) == 64
+    (tmp_path / "test.tsv").write_text(
+        "index\tsentence\n" + "".join(f"{k}\t{t}\n" for k, t in enumerate(TEXTS))
+    )
+    assert (
+        predict_test_file(hub, get_task("SST-2"), tmp_path / "test.tsv", tmp_path / "SST-2.tsv", int8=True)
+        == 64
+    )
     assert any(type(m) is Int8Linear for m in hub.model.modules())
     labels = [int(r.split("\t")[1]) for r in (tmp_path / "SST-2.tsv").read_text().splitlines()[1:]]
     # The first batch is the whole file here, so the line counts exactly the labels written that fp32 shares.
     same = sum(a == b for a, b in zip(labels, expected, strict=True))
-    assert capsys.readouterr().err.startswith(f"int8 vs fp32 on the first 64 input(s): top-1 agrees on {same}/64 ")
+    assert capsys.readouterr().err.startswith(
+        f"int8 vs fp32 on the first 64 input(s): top-1 agrees on {same}/64 "
+    )
     assert same >= 0.9 * 64
 
 
 def test_a_quantized_model_is_not_saved(tmp_path):
     """Saving int8 weights would write a checkpoint nothing can load: one clear error, nothing written."""
-    model = RobertaModel(RobertaConfig.preset("tiny", num_layers=1, hidden_size=64, num_heads=1, ffn_size=128, vocab_size=100))
+    model = RobertaModel(
+        RobertaConfig.preset("tiny", num_layers=1, hidden_size=64, num_heads=1, ffn_size=128, vocab_size=100)
+    )
     quantize_linears(model)
     with pytest.raises(UserError, match="int8-quantized model is for serving only"):
         save(tmp_path / "ckpt", model)

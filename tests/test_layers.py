@@ -7,15 +7,28 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Module (or package) -> layer, as docs/architecture.md draws them.
 LAYERS = {
-    "roberta.errors": 0, "roberta.io": 0, "roberta.config": 0, "roberta.text_input": 0,
-    "roberta.model": 1, "roberta.padding": 1, "roberta.tokenizer": 1,
-    "roberta.checkpoint": 2, "roberta.data": 2, "roberta.int8": 2,
+    "roberta.errors": 0,
+    "roberta.io": 0,
+    "roberta.config": 0,
+    "roberta.text_input": 0,
+    "roberta.validation": 0,
+    "roberta.model": 1,
+    "roberta.padding": 1,
+    "roberta.tokenizer": 1,
+    "roberta.checkpoint": 2,
+    "roberta.data": 2,
+    "roberta.int8": 2,
+    "roberta.batching": 2,
     "roberta.convert": 3,
     "roberta.train": 4,
     "roberta.tasks": 5,
-    "roberta.hub": 6, "roberta.infer": 6, "roberta.demo": 6,
+    "roberta.hub": 6,
+    "roberta.infer": 6,
+    "roberta.demo": 6,
     "roberta.cli": 7,
 }
+
+
 def layer_of(module: str) -> int | None:
     for prefix, layer in LAYERS.items():
         if module == prefix or module.startswith(prefix + "."):
@@ -50,5 +63,7 @@ def test_every_import_points_down_or_sideways():
 
 def test_every_module_has_a_layer():
     modules = {".".join(p.relative_to(SRC).with_suffix("").parts) for p in SRC.rglob("*.py")}
-    unplaced = {m for m in modules if m not in ("roberta.__init__",) and layer_of(m.removesuffix(".__init__")) is None}
+    unplaced = {
+        m for m in modules if m not in ("roberta.__init__",) and layer_of(m.removesuffix(".__init__")) is None
+    }
     assert not unplaced

@@ -9,7 +9,9 @@ from roberta import RobertaConfig, RobertaModel, UserError
 from roberta.model import make_positions
 from roberta.tasks.pretrain import sinusoidal_positions
 
-MICRO = RobertaConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34)
+MICRO = RobertaConfig(
+    vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, ffn_size=64, max_positions=34
+)
 
 
 def test_presets_have_the_published_shapes():
@@ -25,7 +27,12 @@ def test_presets_have_the_published_shapes():
         "large": (24, 1024, 16, 4096),
     }
     base = RobertaConfig.preset("base")
-    assert (base.vocab_size, base.max_positions, base.padding_idx, base.layer_norm_eps) == (50265, 514, 1, 1e-5)
+    assert (base.vocab_size, base.max_positions, base.padding_idx, base.layer_norm_eps) == (
+        50265,
+        514,
+        1,
+        1e-5,
+    )
 
 
 def test_base_parameter_count_matches_the_paper():
@@ -139,10 +146,14 @@ def test_select_gives_the_full_forwards_selected_positions_dropout_and_gradients
     torch.manual_seed(0)
     model = RobertaModel(MICRO)
     tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 11, 2, 1]])
-    select = torch.tensor([[False, True, False, True, True, False], [False, False, True, False, False, False]])
+    select = torch.tensor(
+        [[False, True, False, True, True, False], [False, False, True, False, False, False]]
+    )
     targets = torch.tensor([3, 4, 5, 6])
 
-    def run(selecting: bool, unpad: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    def run(
+        selecting: bool, unpad: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         model.zero_grad(set_to_none=True)
         torch.manual_seed(1)
         if selecting:
@@ -184,9 +195,17 @@ def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the
         torch.manual_seed(1)
         out = model(tokens, return_all_hiddens=True, unpad=unpad)
         first = model(tokens, select="first", unpad=unpad).last_hidden_state
-        ((out.last_hidden_state[real] @ direction).square().sum() + model.classify("cls", first).square().sum()).backward()
+        (
+            (out.last_hidden_state[real] @ direction).square().sum()
+            + model.classify("cls", first).square().sum()
+        ).backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        return [h.detach() for h in out.hidden_states], first.detach(), grads, torch.rand(4)  # the stream after
+        return (
+            [h.detach() for h in out.hidden_states],
+            first.detach(),
+            grads,
+            torch.rand(4),
+        )  # the stream after
 
     padded, unpadded = run(False), run(True)
     assert len(unpadded[0]) == MICRO.num_layers + 1
@@ -198,7 +217,9 @@ def test_unpad_gives_the_padded_forwards_real_positions_zeros_at_padding_and_the
     assert unpadded[2].keys() == padded[2].keys()
     for name, grad in padded[2].items():
         scale = grad.abs().max().item()  # rounding grows with it; the sums are orders apart in size
-        torch.testing.assert_close(unpadded[2][name], grad, atol=1e-6 * scale, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            unpadded[2][name], grad, atol=1e-6 * scale, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
     assert torch.equal(unpadded[3], padded[3])
     torch.manual_seed(2)
     unpadded_only = model(tokens[:1], unpad=True).last_hidden_state  # no padding: the plain forward

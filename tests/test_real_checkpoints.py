@@ -76,10 +76,16 @@ def hf_from_fairseq(pt: Path) -> transformers.RobertaForMaskedLM:
     args, state = ckpt["args"], ckpt["model"]
     vocab, hidden = state["decoder.sentence_encoder.embed_tokens.weight"].shape
     config = transformers.RobertaConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=args.encoder_layers,
-        num_attention_heads=args.encoder_attention_heads, intermediate_size=args.encoder_ffn_embed_dim,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=args.encoder_layers,
+        num_attention_heads=args.encoder_attention_heads,
+        intermediate_size=args.encoder_ffn_embed_dim,
         max_position_embeddings=state["decoder.sentence_encoder.embed_positions.weight"].shape[0],
-        type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1)
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,
+        pad_token_id=1,
+    )
     s = "decoder.sentence_encoder."
     ours = {
         "roberta.embeddings.word_embeddings.weight": state[s + "embed_tokens.weight"],
@@ -96,20 +102,30 @@ def hf_from_fairseq(pt: Path) -> transformers.RobertaForMaskedLM:
     }
     for i in range(args.encoder_layers):
         fs, hf = f"{s}layers.{i}.", f"roberta.encoder.layer.{i}."
-        for theirs, mine in (("self_attn.q_proj", "attention.self.query"), ("self_attn.k_proj", "attention.self.key"),
-                             ("self_attn.v_proj", "attention.self.value"), ("self_attn.out_proj", "attention.output.dense"),
-                             ("self_attn_layer_norm", "attention.output.LayerNorm"), ("fc1", "intermediate.dense"),
-                             ("fc2", "output.dense"), ("final_layer_norm", "output.LayerNorm")):
+        for theirs, mine in (
+            ("self_attn.q_proj", "attention.self.query"),
+            ("self_attn.k_proj", "attention.self.key"),
+            ("self_attn.v_proj", "attention.self.value"),
+            ("self_attn.out_proj", "attention.output.dense"),
+            ("self_attn_layer_norm", "attention.output.LayerNorm"),
+            ("fc1", "intermediate.dense"),
+            ("fc2", "output.dense"),
+            ("final_layer_norm", "output.LayerNorm"),
+        ):
             for part in ("weight", "bias"):
                 ours[f"{hf}{mine}.{part}"] = state[f"{fs}{theirs}.{part}"]
     model = transformers.RobertaForMaskedLM(config).eval()
     missing, unexpected = model.load_state_dict(ours, strict=False)
-    assert not unexpected and all(k in ("lm_head.decoder.bias", "roberta.embeddings.position_ids") for k in missing)
+    assert not unexpected and all(
+        k in ("lm_head.decoder.bias", "roberta.embeddings.position_ids") for k in missing
+    )
     return model
 
 
 @pytest.mark.parametrize("chain, sequence", [("vh", VH), ("vl", VL)])
-def test_sapiens_ids_features_and_fill_mask_equal_fairseq_ids_and_an_independent_hf_model(sapiens, chain, sequence):
+def test_sapiens_ids_features_and_fill_mask_equal_fairseq_ids_and_an_independent_hf_model(
+    sapiens, chain, sequence
+):
     pt = sapiens / f"checkpoint_{chain}.pt"
     roberta = load(sapiens, f"checkpoint_{chain}.pt")
     dictionary = fairseq_dictionary(sapiens / "dict.txt")
@@ -158,14 +174,23 @@ def test_sapiens_converts_both_ways_keeping_its_dictionary_config_and_umask(sapi
     assert isinstance(args, argparse.Namespace) and args.bpe is None and args.max_positions == 144
     # config.json records the model built: 4 x 128, 8 heads, 144 positions (+2 rows fairseq keeps).
     recorded = json.loads((tmp_path / "ours" / "config.json").read_text())["config"]
-    assert (recorded["num_layers"], recorded["hidden_size"], recorded["num_heads"], recorded["max_positions"]) == (4, 128, 8, 146)
+    assert (
+        recorded["num_layers"],
+        recorded["hidden_size"],
+        recorded["num_heads"],
+        recorded["max_positions"],
+    ) == (4, 128, 8, 146)
     # transformers reads no dict.txt: the export adds a tokenizer.json that gives fairseq's ids.
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     dictionary = fairseq_dictionary(sapiens / "dict.txt")
     assert hf_tokenizer(VH)["input_ids"] == sapiens_ids(VH, dictionary)
-    assert hf_tokenizer(VH[:20], VL[:20])["input_ids"] == load_any(tmp_path / "hf")[1].encode(VH[:20], VL[:20])
+    assert hf_tokenizer(VH[:20], VL[:20])["input_ids"] == load_any(tmp_path / "hf")[1].encode(
+        VH[:20], VL[:20]
+    )
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert hf_config["max_position_embeddings"] == 146 and hf_config["architectures"] == ["RobertaForMaskedLM"]
+    assert hf_config["max_position_embeddings"] == 146 and hf_config["architectures"] == [
+        "RobertaForMaskedLM"
+    ]
     back, tokenizer = load_any(tmp_path / "ours")
     assert tokenizer.fingerprint() == Tokenizer.from_fairseq_dict(sapiens / "dict.txt").fingerprint()
     ours, theirs = original.state_dict(), back.state_dict()
@@ -175,19 +200,43 @@ def test_sapiens_converts_both_ways_keeping_its_dictionary_config_and_umask(sapi
 @pytest.mark.slow
 def test_sapiens_fine_tunes_a_classifier_through_the_cli_and_a_killed_run_resumes(sapiens, tmp_path, capsys):
     # Made-up task: is a piece of sequence from a heavy or a light chain?
-    rows = [(VH[i:i + 60], "heavy") for i in range(0, 40, 8)] + [(VL[i:i + 60], "light") for i in range(0, 40, 8)]
+    rows = [(VH[i : i + 60], "heavy") for i in range(0, 40, 8)] + [
+        (VL[i : i + 60], "light") for i in range(0, 40, 8)
+    ]
     (tmp_path / "train.csv").write_text("sequence,chain\n" + "".join(f"{s},{y}\n" for s, y in rows))
+
     def args(out: str) -> list[str]:
         return [
-            "finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "train.csv"),
-            "--text-column", "sequence", "--label-column", "chain", "--init", str(sapiens / "checkpoint_vh.pt"),
-            "--out", str(tmp_path / out), "--batch-size", "4", "--train.max_steps=4", "--train.eval_every=2",
-            "--train.checkpoint_every=2"]
+            "finetune",
+            "classify",
+            "--train",
+            str(tmp_path / "train.csv"),
+            "--dev",
+            str(tmp_path / "train.csv"),
+            "--text-column",
+            "sequence",
+            "--label-column",
+            "chain",
+            "--init",
+            str(sapiens / "checkpoint_vh.pt"),
+            "--out",
+            str(tmp_path / out),
+            "--batch-size",
+            "4",
+            "--train.max_steps=4",
+            "--train.eval_every=2",
+            "--train.checkpoint_every=2",
+        ]
 
     assert cli.main(args("whole")) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ROBERTA_FAULT": "step-3:micro-batch-0"}
-    killed = subprocess.run([sys.executable, "-m", "roberta.cli", *args("killed")], env=env, capture_output=True, text=True,
-                            check=False)
+    killed = subprocess.run(
+        [sys.executable, "-m", "roberta.cli", *args("killed")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert cli.main([*args("killed"), "--resume"]) == 0
     final = "checkpoints/step-00000004/model.safetensors"
@@ -200,7 +249,10 @@ def test_sapiens_fine_tunes_a_classifier_through_the_cli_and_a_killed_run_resume
     capsys.readouterr()
     assert cli.main(["convert", str(tmp_path / "whole" / "best"), str(tmp_path / "hf"), "--to", "hf"]) == 0
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert config["id2label"] == {"0": "heavy", "1": "light"} and config["label2id"] == {"heavy": 0, "light": 1}
+    assert config["id2label"] == {"0": "heavy", "1": "light"} and config["label2id"] == {
+        "heavy": 0,
+        "light": 1,
+    }
     classifier = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf")
     assert classifier.config.id2label == {0: "heavy", 1: "light"}
 
@@ -214,7 +266,16 @@ def test_word_symbols_split_at_whitespace_as_fairseq_encode_line(tmp_path):
     tokenizer = load_tokenizer(tmp_path)
     # <mask> listed in dict.txt keeps its place: fairseq's add_symbol returns the existing id.
     assert [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)] == [
-        "<s>", "<pad>", "</s>", "<unk>", "the", "cat", "sat", "<mask>", "madeupword0000"]
+        "<s>",
+        "<pad>",
+        "</s>",
+        "<unk>",
+        "the",
+        "cat",
+        "sat",
+        "<mask>",
+        "madeupword0000",
+    ]
     assert tokenizer.mask_id == 7
     # Python's \s (fairseq's SPACE_NORMALIZER) includes \x1c and U+3000; 'dog' and 'thecat' are <unk>.
     assert tokenizer.tokenize_ids("the\x1ccat\u3000sat dog thecat <mask>") == [4, 5, 6, 3, 3, 7]
@@ -225,14 +286,26 @@ def test_word_symbols_split_at_whitespace_as_fairseq_encode_line(tmp_path):
 
 
 def test_character_symbols_read_unseparated_text_and_a_model_round_trips(tmp_path):
-    (tmp_path / "dict.txt").write_text("".join(f"{c} 1\n" for c in "ACDEFGHIKLMNPQRSTVWY") + "madeupword0000 0\n")
+    (tmp_path / "dict.txt").write_text(
+        "".join(f"{c} 1\n" for c in "ACDEFGHIKLMNPQRSTVWY") + "madeupword0000 0\n"
+    )
     tokenizer = load_tokenizer(tmp_path)
-    assert tokenizer.tokenize_ids("AC D<mask>Z") == tokenizer.tokenize_ids("A C D <mask> Z") == [4, 5, 6, 25, 3]
+    assert (
+        tokenizer.tokenize_ids("AC D<mask>Z") == tokenizer.tokenize_ids("A C D <mask> Z") == [4, 5, 6, 25, 3]
+    )
     assert tokenizer.tokenize_with_offsets("AC D")[1] == [(0, 1), (1, 2), (3, 4)]
     assert tokenizer.decode(tokenizer.encode("ACD")) == "ACD"
     torch.manual_seed(0)
-    model = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=1, num_heads=2,
-                                       ffn_size=64, max_positions=34))
+    model = RobertaModel(
+        RobertaConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            ffn_size=64,
+            max_positions=34,
+        )
+    )
     export_fairseq(tmp_path / "fs", model, tokenizer)
     assert load_pickle(tmp_path / "fs" / "model.pt")["args"].bpe is None
     assert load_any(tmp_path / "fs")[1].fingerprint() == tokenizer.fingerprint()
@@ -244,9 +317,18 @@ def test_character_symbols_read_unseparated_text_and_a_model_round_trips(tmp_pat
 def test_hf_directory_with_tokenizer_json_only_is_read(shared_data, tmp_path):
     hf_tokenizer = transformers.RobertaTokenizer.from_pretrained(shared_data / "roberta_base_tokenizer")
     hf_tokenizer.save_pretrained(tmp_path / "hf")
-    transformers.RobertaForMaskedLM(transformers.RobertaConfig(
-        vocab_size=50265, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=66, type_vocab_size=1, layer_norm_eps=1e-5)).save_pretrained(tmp_path / "hf")
+    transformers.RobertaForMaskedLM(
+        transformers.RobertaConfig(
+            vocab_size=50265,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=66,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+        )
+    ).save_pretrained(tmp_path / "hf")
     assert not {"vocab.json", "merges.txt"} & set(os.listdir(tmp_path / "hf"))
     roberta = load(tmp_path / "hf")
     reference = load_tokenizer(shared_data / "roberta_base_tokenizer")
@@ -260,9 +342,17 @@ def test_hf_directory_with_tokenizer_json_only_is_read(shared_data, tmp_path):
 
 def headless_hf(directory: Path, cls=transformers.RobertaModel, **extra) -> Path:
     """A small HF model of `cls` (no LM head) over a 20-letter symbol dict.txt."""
-    config = transformers.RobertaConfig(vocab_size=25, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                        intermediate_size=64, max_position_embeddings=34, type_vocab_size=1,
-                                        layer_norm_eps=1e-5, **extra)
+    config = transformers.RobertaConfig(
+        vocab_size=25,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=34,
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,
+        **extra,
+    )
     torch.manual_seed(0)
     cls(config).save_pretrained(directory)
     (directory / "dict.txt").write_text("".join(f"{c} 1\n" for c in "ACDEFGHIKLMNPQRSTVWY"))
@@ -288,17 +378,30 @@ def test_checkpoint_without_lm_head_is_never_given_a_random_one(tmp_path, capsys
     # HF: the body alone, with a warning once written; fairseq, whose RoBERTa always has one: refused.
     assert cli.main(["convert", str(tmp_path / "ours"), str(tmp_path / "hf"), "--to", "hf"]) == 0
     captured = capsys.readouterr()
-    assert captured.err.count("\n") == 1 and captured.err.startswith("roberta: warning: ") and "holds no masked-LM head" in captured.err
+    assert (
+        captured.err.count("\n") == 1
+        and captured.err.startswith("roberta: warning: ")
+        and "holds no masked-LM head" in captured.err
+    )
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["RobertaModel"]
-    assert not [k for k in checkpoint.read_safetensors(tmp_path / "hf" / "model.safetensors") if k.startswith("lm_head.")]
+    assert not [
+        k
+        for k in checkpoint.read_safetensors(tmp_path / "hf" / "model.safetensors")
+        if k.startswith("lm_head.")
+    ]
     assert cli.main(["convert", str(tmp_path / "hf"), str(tmp_path / "fs"), "--to", "fairseq"]) == 2
     assert "a fairseq RoBERTa checkpoint must have one" in capsys.readouterr().err
     assert not (tmp_path / "fs").exists()
 
 
 def test_hf_classifier_label_names_survive_import_and_export(tmp_path):
-    src = headless_hf(tmp_path / "clf", transformers.RobertaForSequenceClassification, num_labels=2,
-                      id2label={0: "binder", 1: "non-binder"}, label2id={"binder": 0, "non-binder": 1})
+    src = headless_hf(
+        tmp_path / "clf",
+        transformers.RobertaForSequenceClassification,
+        num_labels=2,
+        id2label={0: "binder", 1: "non-binder"},
+        label2id={"binder": 0, "non-binder": 1},
+    )
     model, _ = load_any(src)
     assert model.heads["classification"].labels == ("binder", "non-binder")
     assert checkpoint.without_lm_head(model) == str(src)

@@ -3,6 +3,8 @@ reader and encoder, bad input, and `roberta evaluate squad`."""
 
 import dataclasses
 import json
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -11,8 +13,20 @@ import pytest
 from roberta.cli import main
 from roberta.errors import UserError
 from roberta.tasks.race import accuracy_by_level, encode_choices, read_race
-from roberta.tasks.squad import (SquadExample, choose_null_threshold, decode, evaluate_squad, exact_match, f1_v1,
-                                 f1_v2, make_windows, normalize_answer, read_squad, squad_scores, write_predictions)
+from roberta.tasks.squad_data import (
+    SquadExample,
+    choose_null_threshold,
+    decode,
+    evaluate_squad,
+    exact_match,
+    f1_v1,
+    f1_v2,
+    make_windows,
+    normalize_answer,
+    read_squad,
+    squad_scores,
+    write_predictions,
+)
 from roberta.tokenizer import load_tokenizer
 
 
@@ -24,7 +38,7 @@ def tokenizer(shared_data):
 def window_text(example, window, start, end):
     """The context characters of input positions start..end (inclusive)."""
     c0 = window.context_start
-    return example.context[window.offsets[start - c0, 0]:window.offsets[end - c0, 1]]
+    return example.context[window.offsets[start - c0, 0] : window.offsets[end - c0, 1]]
 
 
 # ---------------------------------------------------------------- windows
@@ -44,7 +58,7 @@ def test_every_dev_answer_maps_back_to_its_text(shared_data, tokenizer, version)
         if window.start_position == 0:
             continue
         example = per_answer[window.example_index]
-        (text, start), = example.answers
+        ((text, start),) = example.answers
         found.add(window.example_index)
         first, last = window.start_position - window.context_start, window.end_position - window.context_start
         got_start, got_end = (int(x) for x in (window.offsets[first, 0], window.offsets[last, 1]))
@@ -59,19 +73,25 @@ def test_every_dev_answer_maps_back_to_its_text(shared_data, tokenizer, version)
     assert inexact < 0.015 * len(per_answer)
     contexts = {e.context for e in examples}
     # The dev files hold the hard cases: several spaces, newlines, non-ASCII text.
-    assert all(any(case(c) for c in contexts) for case in (lambda c: "  " in c, lambda c: "\n" in c,
-                                                          lambda c: not c.isascii()))
+    assert all(
+        any(case(c) for c in contexts)
+        for case in (lambda c: "  " in c, lambda c: "\n" in c, lambda c: not c.isascii())
+    )
 
 
 def test_offsets_exact_with_spaces_newlines_and_non_ascii(tokenizer):
     context = "Intro  text.\n\nThe café  in São Paulo   opened in 1990s — “Ñandú” wins."
     answers = ["café  in São Paulo", "“Ñandú”", "São", "opened in 1990s"]
-    examples = [SquadExample(str(k), "  Where?", context, ((a, context.index(a)),)) for k, a in enumerate(answers)]
+    examples = [
+        SquadExample(str(k), "  Where?", context, ((a, context.index(a)),)) for k, a in enumerate(answers)
+    ]
     features = make_windows(tokenizer, examples, max_length=24, stride=6, train=True)
     located = {}
     for w in features.windows:
         if w.start_position:
-            located[w.example_index] = window_text(examples[w.example_index], w, w.start_position, w.end_position)
+            located[w.example_index] = window_text(
+                examples[w.example_index], w, w.start_position, w.end_position
+            )
     assert located == dict(enumerate(answers))
 
 
@@ -86,9 +106,9 @@ def test_window_layout_and_stride(tokenizer):
     for w in windows:
         ids = w.tokens.tolist()
         assert len(ids) <= 64
-        assert ids[:w.context_start] == [tokenizer.bos_id, *question, tokenizer.eos_id, tokenizer.eos_id]
+        assert ids[: w.context_start] == [tokenizer.bos_id, *question, tokenizer.eos_id, tokenizer.eos_id]
         assert ids[-1] == tokenizer.eos_id and w.context_end == len(ids) - 1
-    pieces = [w.tokens[w.context_start:w.context_end].tolist() for w in windows]
+    pieces = [w.tokens[w.context_start : w.context_end].tolist() for w in windows]
     for a, b in zip(pieces, pieces[1:]):
         assert a[-16:] == b[:16]  # consecutive windows share `stride` context tokens
     assert sum(len(p) for p in pieces) - 16 * (len(pieces) - 1) == len(context_ids)
@@ -139,19 +159,26 @@ def test_decode_picks_best_span_across_windows(tokenizer):
     last, first = windows[-1], windows[0]
     target = context.index("answer is here")
     k = int(np.flatnonzero(last.offsets[:, 0] == target)[0]) + last.context_start
-    starts, ends = logits_for(windows, {
-        (len(windows) - 1, k): (9.0, None), (len(windows) - 1, k + 2): (None, 8.0),  # score 17
-        (0, first.context_start): (7.0, 7.0),  # one-token span in the first window, score 14
-        **{(w, 0): (3.0, 4.0) for w in range(1, len(windows))}, (0, 0): (1.0, 1.0),
-    })
+    starts, ends = logits_for(
+        windows,
+        {
+            (len(windows) - 1, k): (9.0, None),
+            (len(windows) - 1, k + 2): (None, 8.0),  # score 17
+            (0, first.context_start): (7.0, 7.0),  # one-token span in the first window, score 14
+            **{(w, 0): (3.0, 4.0) for w in range(1, len(windows))},
+            (0, 0): (1.0, 1.0),
+        },
+    )
     out = decode([example], windows, starts, ends, max_answer_length=30, version="2.0")
     assert out.best_spans == {"q": "answer is here"}
     assert out.nbest["q"][0].score == 17.0 and out.nbest["q"][0].char_start == target
-    first_token = context[first.offsets[0, 0]:first.offsets[0, 1]]
+    first_token = context[first.offsets[0, 0] : first.offsets[0, 1]]
     assert out.nbest["q"][1].text == first_token and out.nbest["q"][1].score == 14.0
     # Null score: the smallest <s> start + end over the windows (2), minus the best span's 17.
     assert out.null_odds == {"q": 2.0 - 17.0} and out.predictions == {"q": "answer is here"}
-    assert decode([example], windows, starts, ends, null_threshold=-20.0, version="2.0").predictions == {"q": ""}
+    assert decode([example], windows, starts, ends, null_threshold=-20.0, version="2.0").predictions == {
+        "q": ""
+    }
     # Three tokens are too many for max_answer_length=2: the one-token span of window 1 wins.
     short = decode([example], windows, starts, ends, max_answer_length=2, version="1.1")
     assert short.predictions == {"q": first_token}
@@ -161,8 +188,11 @@ def test_decode_picks_best_span_across_windows(tokenizer):
 
 def test_choose_null_threshold():
     context = "Paris Rome"
-    examples = [SquadExample("a", "?", context, (("Paris", 0),)), SquadExample("b", "?", context, (), True),
-                SquadExample("c", "?", context, (("Rome", 6),))]
+    examples = [
+        SquadExample("a", "?", context, (("Paris", 0),)),
+        SquadExample("b", "?", context, (), True),
+        SquadExample("c", "?", context, (("Rome", 6),)),
+    ]
     spans = {"a": "Paris", "b": "Rome", "c": "Paris"}
     # Answering in order of odds: a (+1) then c (+0) then b (-1): best after a, at its odds.
     threshold, best = choose_null_threshold(examples, spans, {"a": -1.0, "c": 0.5, "b": 2.0})
@@ -186,8 +216,10 @@ def test_normalization_and_token_scores():
 
 def test_v11_several_golds_and_missing_prediction():
     context = "Denver Broncos beat Carolina."
-    examples = [SquadExample("q1", "?", context, (("Broncos", 7), ("Denver Broncos", 0))),
-                SquadExample("q2", "?", context, (("Carolina", 20),))]
+    examples = [
+        SquadExample("q1", "?", context, (("Broncos", 7), ("Denver Broncos", 0))),
+        SquadExample("q2", "?", context, (("Carolina", 20),)),
+    ]
     scores = squad_scores(examples, {"q1": "Denver"}, "1.1")
     # q1: EM 0; F1 max(0, P=1 R=1/2 -> 2/3); q2 missing: 0.
     assert scores == {"exact_match": 0.0, "f1": pytest.approx(100 / 3), "total": 2, "missing": 1}
@@ -196,13 +228,22 @@ def test_v11_several_golds_and_missing_prediction():
 
 def test_v20_no_answer_breakdown_and_best_thresholds():
     context = "Paris Rome London"
-    examples = [SquadExample("q1", "?", context, (("Paris", 0),)), SquadExample("q2", "?", context, (), True),
-                SquadExample("q3", "?", context, (("Rome", 6),)), SquadExample("q4", "?", context, (), True),
-                SquadExample("q5", "?", context, (("London", 11),))]
+    examples = [
+        SquadExample("q1", "?", context, (("Paris", 0),)),
+        SquadExample("q2", "?", context, (), True),
+        SquadExample("q3", "?", context, (("Rome", 6),)),
+        SquadExample("q4", "?", context, (), True),
+        SquadExample("q5", "?", context, (("London", 11),)),
+    ]
     predictions = {"q1": "Paris", "q2": "London", "q3": "Milan", "q4": ""}  # q5 missing
     plain = squad_scores(examples, predictions, "2.0")
     assert plain["exact_match"] == 40.0 and plain["missing"] == 1 and plain["total"] == 5
-    assert (plain["HasAns_exact"], plain["HasAns_total"], plain["NoAns_exact"], plain["NoAns_total"]) == (100 / 3, 3, 50.0, 2)
+    assert (plain["HasAns_exact"], plain["HasAns_total"], plain["NoAns_exact"], plain["NoAns_total"]) == (
+        100 / 3,
+        3,
+        50.0,
+        2,
+    )
     assert "best_f1" not in plain
     odds = {"q1": -2.0, "q2": 3.0, "q3": 1.0, "q4": 0.5}
     scored = squad_scores(examples, predictions, "2.0", odds)
@@ -227,14 +268,32 @@ def squad_file(tmp_path, data, name="dev.json"):
     return path
 
 
-ARTICLE = [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": [
-    {"id": "a", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}], "is_impossible": False},
-    {"id": "b", "question": "Where is Rome?", "answers": [], "is_impossible": True}]}]}]
+ARTICLE = [
+    {
+        "title": "t",
+        "paragraphs": [
+            {
+                "context": "Paris is in France.",
+                "qas": [
+                    {
+                        "id": "a",
+                        "question": "Where is Paris?",
+                        "answers": [{"text": "France", "answer_start": 12}],
+                        "is_impossible": False,
+                    },
+                    {"id": "b", "question": "Where is Rome?", "answers": [], "is_impossible": True},
+                ],
+            }
+        ],
+    }
+]
 
 
 def test_read_squad_bad_input(tmp_path):
     examples = read_squad(squad_file(tmp_path, ARTICLE), "2.0")
-    assert examples[0] == SquadExample("a", "Where is Paris?", "Paris is in France.", (("France", 12),), False)
+    assert examples[0] == SquadExample(
+        "a", "Where is Paris?", "Paris is in France.", (("France", 12),), False
+    )
     assert examples[1].impossible and examples[1].answers == ()
     broken = tmp_path / "broken.json"
     broken.write_text('{"data": [\n')
@@ -242,7 +301,9 @@ def test_read_squad_bad_input(tmp_path):
         read_squad(broken, "1.1")
     missing = json.loads(json.dumps(ARTICLE))
     del missing[0]["paragraphs"][0]["qas"][1]["question"]
-    with pytest.raises(UserError, match=r"dev.json: data\[0\].paragraphs\[0\].qas\[1\]: missing field 'question'"):
+    with pytest.raises(
+        UserError, match=r"dev.json: data\[0\].paragraphs\[0\].qas\[1\]: missing field 'question'"
+    ):
         read_squad(squad_file(tmp_path, missing), "2.0")
     wrong_type = json.loads(json.dumps(ARTICLE))
     wrong_type[0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = "12"
@@ -257,24 +318,85 @@ def test_evaluate_squad_command(tmp_path, capsys):
     predictions, odds = tmp_path / "predictions.json", tmp_path / "null_odds.json"
     write_predictions(predictions, {"a": "france", "b": "Paris"})
     write_predictions(odds, {"a": -3.0, "b": 0.5})
-    assert main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions),
-                 "--null-odds", str(odds)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "squad",
+                "--version",
+                "2.0",
+                "--dev",
+                str(dev),
+                "--predictions",
+                str(predictions),
+                "--null-odds",
+                str(odds),
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["exact_match"] == 50.0 and out["HasAns_f1"] == 100.0 and out["NoAns_exact"] == 0.0
     assert (out["best_exact"], out["best_exact_thresh"], out["missing"]) == (100.0, -3.0, 0)
     assert evaluate_squad(dev, predictions, "2.0")["f1"] == 50.0
 
     write_predictions(predictions, {"a": "France"})
-    assert main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions)]) == 0
+    assert (
+        main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions)])
+        == 0
+    )
     captured = capsys.readouterr()
     assert json.loads(captured.out)["missing"] == 1 and "1 question(s) have no prediction" in captured.err
 
     (tmp_path / "bad.json").write_text('{"a": 3}')
-    assert main(["evaluate", "squad", "--version", "1.1", "--dev", str(dev), "--predictions", str(tmp_path / "bad.json")]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "squad",
+                "--version",
+                "1.1",
+                "--dev",
+                str(dev),
+                "--predictions",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err.startswith("roberta: error: ")
-    assert main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions",
-                 str(tmp_path / "bad.json")]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "squad",
+                "--version",
+                "2.0",
+                "--dev",
+                str(dev),
+                "--predictions",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 2
+    )
     assert "bad.json: 'a': expected a string, got int" in capsys.readouterr().err
+
+
+def test_evaluate_squad_and_the_squad_data_import_no_torch(tmp_path):
+    # Scoring predictions needs no deep-learning stack: `roberta evaluate squad` starts fast, and
+    # hub.answer() reads the windows and decoding without the training code.
+    dev = squad_file(tmp_path, ARTICLE)
+    predictions = tmp_path / "predictions.json"
+    write_predictions(predictions, {"a": "France", "b": ""})
+    argv = ["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions)]
+    script = (
+        f"import sys; from roberta.cli import main; rc = main({argv!r}); "
+        "import roberta.tasks.squad_data; assert rc == 0, rc; "
+        "assert 'torch' not in sys.modules and 'roberta.train' not in sys.modules, 'torch imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_evaluate_squad_prints_valid_json_for_infinite_odds(tmp_path, capsys):
@@ -283,8 +405,23 @@ def test_evaluate_squad_prints_valid_json_for_infinite_odds(tmp_path, capsys):
     predictions, odds = tmp_path / "predictions.json", tmp_path / "null_odds.json"
     write_predictions(predictions, {"a": "France", "b": ""})
     write_predictions(odds, {"a": float("inf"), "b": 0.5})
-    assert main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions),
-                 "--null-odds", str(odds)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "squad",
+                "--version",
+                "2.0",
+                "--dev",
+                str(dev),
+                "--predictions",
+                str(predictions),
+                "--null-odds",
+                str(odds),
+            ]
+        )
+        == 0
+    )
 
     def no_constant(name: str):
         raise AssertionError(f"{name} is not JSON")
@@ -320,16 +457,26 @@ def test_encode_choices(shared_data, tokenizer):
             assert len(ids) <= 512 and ids[0] == tokenizer.bos_id and ids[-1] == tokenizer.eos_id
     long = max(examples, key=lambda e: len(e.article))
     assert max(map(len, encode_choices(tokenizer, long, max_length=128))) == 128
-    blank = dataclasses.replace(examples[0], article="A short text.", question="He went to _ .",
-                                options=("school", "x", "y", "z " * 300))
+    blank = dataclasses.replace(
+        examples[0],
+        article="A short text.",
+        question="He went to _ .",
+        options=("school", "x", "y", "z " * 300),
+    )
     choices = encode_choices(tokenizer, blank, max_length=512, max_qa=128)
     eos = tokenizer.eos_id
-    assert choices[0] == [tokenizer.bos_id, *tokenizer.tokenize_ids("A short text."), eos, eos,
-                          *tokenizer.tokenize_ids("He went to school ."), eos]
+    assert choices[0] == [
+        tokenizer.bos_id,
+        *tokenizer.tokenize_ids("A short text."),
+        eos,
+        eos,
+        *tokenizer.tokenize_ids("He went to school ."),
+        eos,
+    ]
     assert len(choices[3]) == 1 + len(tokenizer.tokenize_ids("A short text.")) + 2 + 128 + 1
     joined = encode_choices(tokenizer, dataclasses.replace(blank, question="Who?"))
     qa = tokenizer.tokenize_ids("Who? school")
-    assert joined[0][-len(qa) - 1:] == [*qa, eos]
+    assert joined[0][-len(qa) - 1 :] == [*qa, eos]
     assert accuracy_by_level(examples[:3], [e.label for e in examples[:3]])["accuracy"] == 100.0
 
 
@@ -340,17 +487,30 @@ def test_accuracy_by_level():
         return RaceExample("x", "a", "q", ("1", "2", "3", "4"), label, level)
 
     examples = [ex("middle", 0), ex("middle", 1), ex("high", 2), ex("high", 3), ex("high", 0)]
-    assert accuracy_by_level(examples, [0, 0, 2, 3, 1]) == {"accuracy": 60.0, "middle": 50.0, "high": pytest.approx(200 / 3)}
+    assert accuracy_by_level(examples, [0, 0, 2, 3, 1]) == {
+        "accuracy": 60.0,
+        "middle": 50.0,
+        "high": pytest.approx(200 / 3),
+    }
     assert accuracy_by_level(examples[:2], [0, 1]) == {"accuracy": 100.0, "middle": 100.0}
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda r: r["answers"].__setitem__(0, "E"), r"answers\[0\]: expected a letter A-D, got 'E'"),
-    (lambda r: r.pop("article"), r"missing field 'article'"),
-    (lambda r: r["options"][0].pop(), r"options\[0\]: expected 4 strings"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r["answers"].__setitem__(0, "E"), r"answers\[0\]: expected a letter A-D, got 'E'"),
+        (lambda r: r.pop("article"), r"missing field 'article'"),
+        (lambda r: r["options"][0].pop(), r"options\[0\]: expected 4 strings"),
+    ],
+)
 def test_read_race_bad_input(tmp_path, change, message):
-    record = {"id": "x.txt", "article": "A.", "questions": ["Q?"], "options": [["a", "b", "c", "d"]], "answers": ["A"]}
+    record = {
+        "id": "x.txt",
+        "article": "A.",
+        "questions": ["Q?"],
+        "options": [["a", "b", "c", "d"]],
+        "answers": ["A"],
+    }
     (tmp_path / "high").mkdir()
     change(record)
     (tmp_path / "high" / "x.txt").write_text(json.dumps(record))

@@ -17,16 +17,32 @@ from roberta.tokenizer import load_tokenizer
 pytestmark = pytest.mark.slow
 
 # Overfitting a few dozen questions: no dropout, a high LR, many epochs, evaluation at the end.
-OVERFIT = ["--optim.lr=3e-3", "--optim.weight_decay=0", "--train.batch_size=8", "--data.max_length=256",
-           "--train.device=cpu", "--train.log_every=1000", "--train.eval_every=100000"]
+OVERFIT = [
+    "--optim.lr=3e-3",
+    "--optim.weight_decay=0",
+    "--train.batch_size=8",
+    "--data.max_length=256",
+    "--train.device=cpu",
+    "--train.log_every=1000",
+    "--train.eval_every=100000",
+]
 
 
 @pytest.fixture(scope="module")
 def micro_init(tmp_path_factory, shared_data):
     tok = load_tokenizer(shared_data / "gpt2_bpe")
     torch.manual_seed(0)  # the same initial weights whichever tests ran before
-    config = RobertaConfig(vocab_size=tok.vocab_size, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
-                           max_positions=258, dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0)
+    config = RobertaConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        ffn_size=128,
+        max_positions=258,
+        dropout=0.0,
+        attention_dropout=0.0,
+        classifier_dropout=0.0,
+    )
     return checkpoint.save(tmp_path_factory.mktemp("init") / "micro", RobertaModel(config), tok)
 
 
@@ -51,12 +67,30 @@ def squad_slice(path, count: int, impossible: int = 0) -> dict:
 
 
 @pytest.mark.parametrize("version, impossible", [("1.1", 0), ("2.0", 16)])
-def test_squad_overfits_its_training_questions(one_thread, shared_data, micro_init, tmp_path, capsys, version, impossible):
+def test_squad_overfits_its_training_questions(
+    one_thread, shared_data, micro_init, tmp_path, capsys, version, impossible
+):
     data = tmp_path / "slice.json"
     data.write_text(json.dumps(squad_slice(shared_data / "squad" / f"dev-v{version}.json", 64, impossible)))
     run = tmp_path / "run"
-    code = main(["finetune", "squad", "--version", version, "--train", str(data), "--dev", str(data),
-                 "--init", str(micro_init), "--out", str(run), *OVERFIT, "--train.epochs=60"])
+    code = main(
+        [
+            "finetune",
+            "squad",
+            "--version",
+            version,
+            "--train",
+            str(data),
+            "--dev",
+            str(data),
+            "--init",
+            str(micro_init),
+            "--out",
+            str(run),
+            *OVERFIT,
+            "--train.epochs=60",
+        ]
+    )
     assert code == 0
     best = json.loads((run / "results.json").read_text())["best"]
     assert best["metric"] == "f1"
@@ -71,9 +105,14 @@ def test_squad_overfits_its_training_questions(one_thread, shared_data, micro_in
         import roberta
 
         qa = squad_slice(shared_data / "squad" / "dev-v1.1.json", 64)["data"][0]["paragraphs"][0]
-        answers = roberta.load(run / "best").answer([q["question"] for q in qa["qas"]], [qa["context"]] * len(qa["qas"]), topk=2)
+        answers = roberta.load(run / "best").answer(
+            [q["question"] for q in qa["qas"]], [qa["context"]] * len(qa["qas"]), topk=2
+        )
         assert [a[0][0] for a in answers] == [predictions[q["id"]] for q in qa["qas"]]
-        assert all(len(a) == 2 and a[0][1] >= a[1][1] and qa["context"][a[0][2]:].startswith(a[0][0]) for a in answers)
+        assert all(
+            len(a) == 2 and a[0][1] >= a[1][1] and qa["context"][a[0][2] :].startswith(a[0][0])
+            for a in answers
+        )
     capsys.readouterr()
 
 
@@ -85,7 +124,9 @@ def race_slice(source, target, count: int) -> None:
         if len(record["article"].split()) >= 120 or not left:
             continue
         n = min(left, len(record["questions"]))
-        record.update(questions=record["questions"][:n], options=record["options"][:n], answers=record["answers"][:n])
+        record.update(
+            questions=record["questions"][:n], options=record["options"][:n], answers=record["answers"][:n]
+        )
         left -= n
         (target / "middle").mkdir(parents=True, exist_ok=True)
         (target / "middle" / path.name).write_text(json.dumps(record))
@@ -99,8 +140,24 @@ def test_race_overfits_its_training_questions(one_thread, shared_data, micro_ini
     shutil.copytree(data / "train", data / "test")
     run = tmp_path / "run"
     # 3e-3 (enough for SQuAD) leaves some initialisations stuck at equal option scores: 1e-3 here.
-    assert main(["finetune", "race", "--data", str(data), "--init", str(micro_init), "--out", str(run), *OVERFIT,
-                 "--optim.lr=1e-3", "--train.epochs=60"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "race",
+                "--data",
+                str(data),
+                "--init",
+                str(micro_init),
+                "--out",
+                str(run),
+                *OVERFIT,
+                "--optim.lr=1e-3",
+                "--train.epochs=60",
+            ]
+        )
+        == 0
+    )
     results = json.loads((run / "results.json").read_text())
     assert results["best"]["metric"] == "dev/accuracy"
     final = {r["split"]: r for r in results["evaluations"]}
@@ -133,8 +190,25 @@ def test_malformed_squad_json_exits_2(shared_data, micro_init, tmp_path, capsys)
     run = tmp_path / "run"
     for train, dev in ((bad, good), (good, tmp_path / "truncated.json")):
         (tmp_path / "truncated.json").write_text('{"data": [')
-        assert main(["finetune", "squad", "--version", "1.1", "--train", str(train), "--dev", str(dev),
-                     "--init", str(micro_init), "--out", str(run)]) == 2
+        assert (
+            main(
+                [
+                    "finetune",
+                    "squad",
+                    "--version",
+                    "1.1",
+                    "--train",
+                    str(train),
+                    "--dev",
+                    str(dev),
+                    "--init",
+                    str(micro_init),
+                    "--out",
+                    str(run),
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and (str(bad) in err or "truncated.json" in err), err
         assert not run.exists()

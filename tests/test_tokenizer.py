@@ -13,26 +13,51 @@ import tiktoken
 
 from roberta import cli
 from roberta.errors import UserError
-from roberta.tokenizer import (
-    BYTE_TO_CHAR,
-    GPT2_PATTERN,
-    Tokenizer,
-    load_tokenizer,
-    train_tokenizer,
-)
+from roberta.tokenizer import BYTE_TO_CHAR, GPT2_PATTERN, Tokenizer, load_tokenizer, train_tokenizer
 
 HARD_STRINGS = [
-    "", " ", "   ", "\n", "\n\n", "\r\n", "\t", "a\r\nb", " leading", "trailing  ", "a  b   c", "  \n  x  \n",
-    "Hello world!", "don't I'll we've 'S", "e\u0301 n\u0303 \u0301alone", "👨‍👩‍👧 🇫🇷 😀😀", "日本語のテキスト 中文 한국어",
-    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010fffd", "\x00\x01\x7f\u00a0\u3000\u2028\ufeff", "ﬁ ß İ ı", "123 4567 8901234", "<s> <mask> </s> <pad>",
-    "[CLS] [SEP]", "<|endoftext|>", "madeupword0000", "‘quotes’ — “dashes” …", "a" * 500, " " * 300 + "x",
+    "",
+    " ",
+    "   ",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\t",
+    "a\r\nb",
+    " leading",
+    "trailing  ",
+    "a  b   c",
+    "  \n  x  \n",
+    "Hello world!",
+    "don't I'll we've 'S",
+    "e\u0301 n\u0303 \u0301alone",
+    "👨‍👩‍👧 🇫🇷 😀😀",
+    "日本語のテキスト 中文 한국어",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010fffd",
+    "\x00\x01\x7f\u00a0\u3000\u2028\ufeff",
+    "ﬁ ß İ ı",
+    "123 4567 8901234",
+    "<s> <mask> </s> <pad>",
+    "[CLS] [SEP]",
+    "<|endoftext|>",
+    "madeupword0000",
+    "‘quotes’ — “dashes” …",
+    "a" * 500,
+    " " * 300 + "x",
 ]
 
 
 def random_unicode(count: int, seed: int = 0) -> list[str]:
     """Strings mixing ASCII, accents, combining marks, CJK, emoji, odd spaces and any scalar value."""
     rng = random.Random(seed)
-    ranges = [(0x20, 0x7E), (0xA0, 0x17F), (0x300, 0x36F), (0x4E00, 0x9FFF), (0x1F300, 0x1FAFF), (0x0, 0x10FFFF)]
+    ranges = [
+        (0x20, 0x7E),
+        (0xA0, 0x17F),
+        (0x300, 0x36F),
+        (0x4E00, 0x9FFF),
+        (0x1F300, 0x1FAFF),
+        (0x0, 0x10FFFF),
+    ]
     spaces = [" ", " ", "  ", "\n", "\t", "\r\n", "\u00a0", "\u3000"]
     out = []
     for _ in range(count):
@@ -77,7 +102,11 @@ def test_gpt2_dict_gives_fairseq_ids(gpt2):
 
 
 def test_pair_layouts(gpt2):
-    a, b, c = gpt2.tokenize_ids("Hello world!"), gpt2.tokenize_ids("How are you?"), gpt2.tokenize_ids(" Fine.")
+    a, b, c = (
+        gpt2.tokenize_ids("Hello world!"),
+        gpt2.tokenize_ids("How are you?"),
+        gpt2.tokenize_ids(" Fine."),
+    )
     assert gpt2.encode("Hello world!", "How are you?") == [0, *a, 2, 2, *b, 2]
     assert gpt2.encode("Hello world!", "How are you?", no_separator=True) == [0, *a, 2, *b, 2]
     assert gpt2.encode("Hello world!", "How are you?", " Fine.") == [0, *a, 2, 2, *b, 2, 2, *c, 2]
@@ -111,8 +140,12 @@ def test_batch_equals_one_by_one(gpt2):
     pairs = [t[::-1] for t in texts]
     assert gpt2.tokenize_ids_batch(texts) == [gpt2.tokenize_ids(t) for t in texts]
     assert gpt2.encode_batch(texts) == [gpt2.encode(t) for t in texts]
-    assert gpt2.encode_batch(texts, pairs, max_length=20) == [gpt2.encode(t, p, max_length=20) for t, p in zip(texts, pairs)]
-    assert gpt2.encode_batch(texts, pairs, no_separator=True) == [gpt2.encode(t, p, no_separator=True) for t, p in zip(texts, pairs)]
+    assert gpt2.encode_batch(texts, pairs, max_length=20) == [
+        gpt2.encode(t, p, max_length=20) for t, p in zip(texts, pairs)
+    ]
+    assert gpt2.encode_batch(texts, pairs, no_separator=True) == [
+        gpt2.encode(t, p, no_separator=True) for t, p in zip(texts, pairs)
+    ]
     ids, lengths = gpt2.tokenize_ids_flat(texts)
     assert ids.dtype == np.int32 and lengths.tolist() == [len(gpt2.tokenize_ids(t)) for t in texts]
     assert ids.tolist() == [i for t in texts for i in gpt2.tokenize_ids(t)]
@@ -135,15 +168,43 @@ def test_decode_inverts_encode_for_any_text(gpt2, hf):
 def test_word_start_marks_first_pieces(gpt2):
     ids = gpt2.encode("Hello antidisestablishment world\n", "again")
     assert [gpt2.id_to_token(i) for i in ids] == [
-        "<s>", "Hello", "Ġant", "idis", "establishment", "Ġworld", "Ċ", "</s>", "</s>", "again", "</s>"]
+        "<s>",
+        "Hello",
+        "Ġant",
+        "idis",
+        "establishment",
+        "Ġworld",
+        "Ċ",
+        "</s>",
+        "</s>",
+        "again",
+        "</s>",
+    ]
     # First token and specials start words; so does the token after a special ("again", no leading space).
-    assert gpt2.word_start(ids).tolist() == [True, True, True, False, False, True, False, True, True, True, True]
+    assert gpt2.word_start(ids).tolist() == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
     assert gpt2.word_start(np.array(ids[3:6])).tolist() == [True, False, True]
     assert gpt2.word_start([]).tolist() == []
     batch = np.array([ids[:5], ids[5:10]])
-    assert gpt2.word_start(batch).tolist() == [gpt2.word_start(ids[:5]).tolist(), gpt2.word_start(ids[5:10]).tolist()]
+    assert gpt2.word_start(batch).tolist() == [
+        gpt2.word_start(ids[:5]).tolist(),
+        gpt2.word_start(ids[5:10]).tolist(),
+    ]
     table = gpt2.word_start_table
-    assert table.shape == (50265,) and table[[0, 2, 232, 50263, 50264]].all() and not table[[31414, 328]].any()
+    assert (
+        table.shape == (50265,) and table[[0, 2, 232, 50263, 50264]].all() and not table[[31414, 328]].any()
+    )
 
 
 def test_offsets_point_into_the_text(gpt2):
@@ -163,7 +224,9 @@ def independent_gpt2_ids(shared_data: Path):
     folder = shared_data / "gpt2_bpe"
     encoder = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
     char_to_byte = {c: b for b, c in BYTE_TO_CHAR.items()}
-    ranks = {bytes(char_to_byte[c] for c in token): i for token, i in encoder.items() if token != "<|endoftext|>"}
+    ranks = {
+        bytes(char_to_byte[c] for c in token): i for token, i in encoder.items() if token != "<|endoftext|>"
+    }
     encoding = tiktoken.Encoding("gpt2-test", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
     lines = (folder / "dict.txt").read_text(encoding="utf-8").splitlines()
     to_model = np.full(len(encoder), 3, dtype=np.int64)
@@ -177,7 +240,10 @@ def independent_gpt2_ids(shared_data: Path):
 def corpus_lines(shared_data: Path) -> list[list[str]]:
     """Every line (split at \\n only, so CRs stay in) of WikiText-2 raw test and the books+wiki corpus, by
     file."""
-    files = [shared_data / "wikitext-2-raw" / "wiki.test.raw", *sorted((shared_data / "corpus").glob("*/*.txt"))]
+    files = [
+        shared_data / "wikitext-2-raw" / "wiki.test.raw",
+        *sorted((shared_data / "corpus").glob("*/*.txt")),
+    ]
     assert len(files) == 1 + 146 + 29
     return [f.read_bytes().decode("utf-8").split("\n") for f in files]
 
@@ -190,8 +256,10 @@ def test_both_engines_equal_independent_tiktoken_on_all_corpus_text(gpt2, shared
     lines = [line for file_lines in corpus_lines(shared_data) for line in file_lines]
     total = 0
     for start in range(0, len(lines), 50_000):
-        batch = lines[start:start + 50_000]
-        expected = np.fromiter(itertools.chain.from_iterable(encoding.encode_ordinary_batch(batch, num_threads=2)), np.int64)
+        batch = lines[start : start + 50_000]
+        expected = np.fromiter(
+            itertools.chain.from_iterable(encoding.encode_ordinary_batch(batch, num_threads=2)), np.int64
+        )
         expected = to_model[expected]
         reference, lengths = gpt2.tokenize_ids_flat(batch, engine="tokenizers")
         assert np.array_equal(reference, expected)
@@ -279,9 +347,20 @@ def test_train_tokenizer_specials_round_trip_and_engines_agree(shared_data, tmp_
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
 
     out = tmp_path / "tok"
-    tok = train_tokenizer([tmp_path / "a.txt", tmp_path / "b.txt.gz", tmp_path / "c.jsonl"], out, 4000,
-                          min_frequency=2, text_field="body", progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt.gz", "c.jsonl", "tok"]  # no temp dir left
+    tok = train_tokenizer(
+        [tmp_path / "a.txt", tmp_path / "b.txt.gz", tmp_path / "c.jsonl"],
+        out,
+        4000,
+        min_frequency=2,
+        text_field="body",
+        progress=False,
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.txt",
+        "b.txt.gz",
+        "c.jsonl",
+        "tok",
+    ]  # no temp dir left
     assert sorted(p.name for p in out.iterdir()) == ["merges.txt", "vocab.json"]
     assert tok.vocab_size == 4000 and tok.mask_id == 3999
     assert [tok.id_to_token(i) for i in (0, 1, 2, 3, 3999)] == ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -290,7 +369,9 @@ def test_train_tokenizer_specials_round_trip_and_engines_agree(shared_data, tmp_
     assert tok.tokenize_ids_batch(held_out) == tok.tokenize_ids_batch(held_out, engine="tokenizers")
     strings = HARD_STRINGS + random_unicode(200, seed=1)
     assert tok.tokenize_ids_batch(strings) == tok.tokenize_ids_batch(strings, engine="tokenizers")
-    assert all(tok.decode(ids) == s for s, ids in zip(strings + held_out, tok.encode_batch(strings + held_out)))
+    assert all(
+        tok.decode(ids) == s for s, ids in zip(strings + held_out, tok.encode_batch(strings + held_out))
+    )
     assert load_tokenizer(out).fingerprint() == tok.fingerprint()
     assert [len(tok.tokenize_ids(f" {word}")) for word in ("zorblax", "quuxify", "flimflam")] == [1, 1, 1]
     assert len(tok.tokenize_ids(" wrongfield")) > 1  # the .jsonl field not asked for was not read
@@ -299,9 +380,22 @@ def test_train_tokenizer_specials_round_trip_and_engines_agree(shared_data, tmp_
 def test_train_tokenizer_cli(tmp_path, capsys):
     text = tmp_path / "t.txt"
     rng = random.Random(0)
-    text.write_text("\n".join(" ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) + rng.choice("xyzw")
-                                       for _ in range(12)) for _ in range(300)), encoding="utf-8")
-    args = ["train-tokenizer", str(text), "--out", str(tmp_path / "tok"), "--vocab-size", "300", "--no-progress"]
+    text.write_text(
+        "\n".join(
+            " ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) + rng.choice("xyzw") for _ in range(12))
+            for _ in range(300)
+        ),
+        encoding="utf-8",
+    )
+    args = [
+        "train-tokenizer",
+        str(text),
+        "--out",
+        str(tmp_path / "tok"),
+        "--vocab-size",
+        "300",
+        "--no-progress",
+    ]
     assert cli.main(args) == 0
     tok = load_tokenizer(tmp_path / "tok")
     assert tok.vocab_size == 300 and tok.id_to_token(299) == "<mask>"
@@ -312,7 +406,20 @@ def test_train_tokenizer_cli(tmp_path, capsys):
     assert "too small" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine line\nbad \xff byte\n")
-    assert cli.main(["train-tokenizer", str(bad), "--out", str(tmp_path / "bad"), "--vocab-size", "300", "--no-progress"]) == 2
+    assert (
+        cli.main(
+            [
+                "train-tokenizer",
+                str(bad),
+                "--out",
+                str(tmp_path / "bad"),
+                "--vocab-size",
+                "300",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "bad.txt: line 2: invalid UTF-8" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "t.txt", "tok"]  # nothing half-written
 
@@ -321,19 +428,64 @@ def test_train_tokenizer_cli(tmp_path, capsys):
 
 
 def test_wordpiece_vocab(tmp_path):
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Hello", "hello", "world", "##s", "un", "##believ",
-              "##able", "!", ","]
+    tokens = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "Hello",
+        "hello",
+        "world",
+        "##s",
+        "un",
+        "##believ",
+        "##able",
+        "!",
+        ",",
+    ]
     (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     tok = load_tokenizer(tmp_path)
     assert tok.kind == "wordpiece" and tok.vocab_size == len(tokens)
     assert (tok.bos_id, tok.pad_id, tok.eos_id, tok.unk_id, tok.mask_id) == (2, 0, 3, 1, 4)
     ids = tok.encode("Hello unbelievable worlds!", "HELLO")
-    assert [tok.id_to_token(i) for i in ids] == ["[CLS]", "Hello", "un", "##believ", "##able", "world", "##s", "!",
-                                               "[SEP]", "[SEP]", "[UNK]", "[SEP]"]
-    assert tok.word_start(ids).tolist() == [True, True, True, False, False, True, False, True, True, True, True, True]
+    assert [tok.id_to_token(i) for i in ids] == [
+        "[CLS]",
+        "Hello",
+        "un",
+        "##believ",
+        "##able",
+        "world",
+        "##s",
+        "!",
+        "[SEP]",
+        "[SEP]",
+        "[UNK]",
+        "[SEP]",
+    ]
+    assert tok.word_start(ids).tolist() == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+        True,
+        True,
+        True,
+        True,
+        True,
+    ]
     assert tok.decode(ids) == "Hello unbelievable worlds!"  # [UNK] is special: skipped
-    assert tok.decode(ids, skip_special_tokens=False) == "[CLS] Hello unbelievable worlds! [SEP] [SEP] [UNK] [SEP]"
-    assert tok.tokenize_with_offsets("Hello unbelievable") == ([5, 9, 10, 11], [(0, 5), (6, 8), (8, 14), (14, 18)])
+    assert (
+        tok.decode(ids, skip_special_tokens=False)
+        == "[CLS] Hello unbelievable worlds! [SEP] [SEP] [UNK] [SEP]"
+    )
+    assert tok.tokenize_with_offsets("Hello unbelievable") == (
+        [5, 9, 10, 11],
+        [(0, 5), (6, 8), (8, 14), (14, 18)],
+    )
     lower = Tokenizer.from_wordpiece(tmp_path / "vocab.txt", lowercase=True)
     assert lower.tokenize_ids("HELLO World") == [6, 7]
     lower.save(tmp_path / "saved")

@@ -11,16 +11,16 @@ from safetensors.torch import load_file
 
 import train_fixtures
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 FIXTURE = Path(__file__).with_name("train_fixtures.py")
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-NO_DROPOUT = ["--model.dropout=0", "--model.attention_dropout=0", "--train.max_steps=4", "--train.eval_every=4"]
-
-
-@pytest.fixture(autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
+NO_DROPOUT = [
+    "--model.dropout=0",
+    "--model.attention_dropout=0",
+    "--train.max_steps=4",
+    "--train.eval_every=4",
+]
 
 
 def weights(run_dir: Path) -> dict:
@@ -43,7 +43,11 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, one_process_batch_
     train_fixtures.run(tmp_path, [*NO_DROPOUT, "--train.batch_size=8", "--train.micro_batch_size=4"])
     assert max_difference(weights(tmp_path), one_process_batch_2b) < 1e-6
     # Training moved the weights, so equality above is not two untouched initialisations.
-    initial = {k: v for k, v in train_fixtures.initial_model(NO_DROPOUT).state_dict().items() if k != "lm_head.weight"}
+    initial = {
+        k: v
+        for k, v in train_fixtures.initial_model(NO_DROPOUT).state_dict().items()
+        if k != "lm_head.weight"
+    }
     assert max_difference(one_process_batch_2b, initial) > 1e-3
 
 
@@ -54,15 +58,26 @@ def test_two_ranks_ddp_and_fsdp_match_one_process(tmp_path, one_process_batch_2b
     procs = {
         mode: subprocess.Popen(
             [
-                str(TORCHRUN), "--nproc-per-node", "2", "--master-port", str(29400 + i * 7),
-                str(FIXTURE), str(run), *NO_DROPOUT,
-                "--train.batch_size=8", "--train.micro_batch_size=4", f"--train.parallel={mode}",
+                str(TORCHRUN),
+                "--nproc-per-node",
+                "2",
+                "--master-port",
+                str(29400 + i * 7),
+                str(FIXTURE),
+                str(run),
+                *NO_DROPOUT,
+                "--train.batch_size=8",
+                "--train.micro_batch_size=4",
+                f"--train.parallel={mode}",
             ],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i, (mode, run) in enumerate(runs.items())
     }
-    for mode, proc in procs.items():
+    for proc in procs.values():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]
     for mode, run in runs.items():

@@ -11,17 +11,26 @@ from roberta.cli import main
 from roberta.padding import Selected, Unpadded
 from roberta.tasks.pretrain import sinusoidal_positions
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
+
 MICRO = [
-    "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
-    "--model.ffn_size=128", "--data.seq_len=32", "--train.batch_size=8", "--train.micro_batch_size=4",
-    "--train.log_every=1", "--train.eval_every=3", "--train.eval_batches=2", "--train.checkpoint_every=3",
-    "--train.device=cpu", "--train.peak_tflops=0.1", "--schedule.warmup_steps=2", "--optim.lr=1e-3",
+    "--model.preset=tiny",
+    "--model.hidden_size=64",
+    "--model.num_layers=2",
+    "--model.num_heads=4",
+    "--model.ffn_size=128",
+    "--data.seq_len=32",
+    "--train.batch_size=8",
+    "--train.micro_batch_size=4",
+    "--train.log_every=1",
+    "--train.eval_every=3",
+    "--train.eval_batches=2",
+    "--train.checkpoint_every=3",
+    "--train.device=cpu",
+    "--train.peak_tflops=0.1",
+    "--schedule.warmup_steps=2",
+    "--optim.lr=1e-3",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
 
 
 @pytest.fixture
@@ -30,8 +39,19 @@ def corpus(micro_corpus):
 
 
 def pretrain(corpus, out, *extra) -> int:
-    return main(["pretrain", "--data", str(corpus / "corpus"), "--tokenizer", str(corpus / "tokenizer"),
-                 "--out", str(out), *MICRO, *extra])
+    return main(
+        [
+            "pretrain",
+            "--data",
+            str(corpus / "corpus"),
+            "--tokenizer",
+            str(corpus / "tokenizer"),
+            "--out",
+            str(out),
+            *MICRO,
+            *extra,
+        ]
+    )
 
 
 def test_pretrain_resume_and_init_from(corpus, tmp_path, capsys):
@@ -49,7 +69,12 @@ def test_pretrain_resume_and_init_from(corpus, tmp_path, capsys):
 
     # --init-from starts a new run from those weights, not from a random initialisation.
     other = tmp_path / "continued"
-    assert pretrain(corpus, other, "--train.max_steps=1", "--init-from", str(run / "checkpoints" / "step-00000006")) == 0
+    assert (
+        pretrain(
+            corpus, other, "--train.max_steps=1", "--init-from", str(run / "checkpoints" / "step-00000006")
+        )
+        == 0
+    )
     records = [json.loads(line) for line in (other / "metrics.jsonl").read_text().splitlines()]
     fresh = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["loss"] < fresh[0]["loss"] - 0.2
@@ -61,14 +86,19 @@ def test_sinusoidal_position_init_reaches_the_model_through_the_cli(corpus, tmp_
     tables = {}
     for value in ("sinusoidal", "normal"):
         run = tmp_path / value
-        assert pretrain(corpus, run, "--train.max_steps=1", "--optim.lr=1e-9", f"--model.position_init={value}") == 0
+        assert (
+            pretrain(corpus, run, "--train.max_steps=1", "--optim.lr=1e-9", f"--model.position_init={value}")
+            == 0
+        )
         model = checkpoint.load(run / "checkpoints" / "step-00000001")[0]
         tables[value] = model.embed_positions.weight.detach().clone()
     expected = torch.empty_like(tables["sinusoidal"])
     sinusoidal_positions(expected, padding_idx=1, std=0.02)
     assert torch.allclose(tables["sinusoidal"], expected, atol=1e-6)
     assert not torch.allclose(tables["normal"], expected, atol=1e-3)
-    assert main(["pretrain", "--data", "x", "--out", str(tmp_path / "bad"), "--model.position_init=rotary"]) != 0
+    assert (
+        main(["pretrain", "--data", "x", "--out", str(tmp_path / "bad"), "--model.position_init=rotary"]) != 0
+    )
 
 
 def test_overwrite_replaces_a_finished_run_and_only_after_the_command_is_checked(corpus, tmp_path):
@@ -86,7 +116,9 @@ def test_overwrite_replaces_a_finished_run_and_only_after_the_command_is_checked
 def test_pair_format_trains_an_nsp_head(corpus, tmp_path):
     run = tmp_path / "nsp"
     assert pretrain(corpus, run, "--train.max_steps=3", "--data.format=segment-pair") == 0
-    valid = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"valid"' in line]
+    valid = [
+        json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"valid"' in line
+    ]
     assert {"nsp_loss", "nsp_accuracy"} <= valid[-1].keys()
     model, _ = checkpoint.load(run / "checkpoints" / "step-00000003")
     assert model.heads["nsp"].out_proj.out_features == 2
@@ -146,15 +178,44 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
     """`prepare` keeps the tokenizer in the corpus, so `pretrain` without --tokenizer saves usable
     checkpoints; a corpus without one still trains, with a one-line warning."""
     assert (corpus / "corpus" / "tokenizer").is_dir()
-    assert main(["pretrain", "--data", str(corpus / "corpus"), "--out", str(tmp_path / "run"), *MICRO,
-                 "--train.max_steps=3"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                "--data",
+                str(corpus / "corpus"),
+                "--out",
+                str(tmp_path / "run"),
+                *MICRO,
+                "--train.max_steps=3",
+            ]
+        )
+        == 0
+    )
     _, saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "step-00000003")
-    assert saved is not None and saved.fingerprint() == json.loads((corpus / "corpus" / "meta.json").read_text())["tokenizer"]["fingerprint"]
+    assert (
+        saved is not None
+        and saved.fingerprint()
+        == json.loads((corpus / "corpus" / "meta.json").read_text())["tokenizer"]["fingerprint"]
+    )
     capsys.readouterr()
 
     bare = tmp_path / "bare"
     shutil.copytree(corpus / "corpus", bare, ignore=shutil.ignore_patterns("tokenizer"))
-    assert main(["pretrain", "--data", str(bare), "--out", str(tmp_path / "bare-run"), *MICRO, "--train.max_steps=3"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                "--data",
+                str(bare),
+                "--out",
+                str(tmp_path / "bare-run"),
+                *MICRO,
+                "--train.max_steps=3",
+            ]
+        )
+        == 0
+    )
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("roberta: warning:")]
     assert len(warnings) == 1 and "no tokenizer in or beside the corpus" in warnings[0]
     assert checkpoint.load(tmp_path / "bare-run" / "checkpoints" / "step-00000003")[1] is None
@@ -162,8 +223,8 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
 
 SPEED_SWITCHES = {  # switch: its two values, and the model-side step that only the first value takes
     "--optim.implementation": (("fused", "foreach"), None),
-    "--data.last_layer_masked_only": (("true", "false"), Selected),
-    "--data.unpad": (("true", "false"), Unpadded),
+    "--model.last_layer_masked_only": (("true", "false"), Selected),
+    "--model.unpad": (("true", "false"), Unpadded),
 }
 
 

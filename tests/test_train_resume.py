@@ -49,7 +49,9 @@ def test_sigkill_mid_training_and_mid_checkpoint_resume_bit_identically(tmp_path
     # Killed after step 5: the step-3 checkpoint is the last; killed while saving step 6: the
     # half-written step-6 directory is only a hidden temporary, never a checkpoint.
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step-00000003"]
-    assert [p.name for p in (torn / "checkpoints").iterdir() if not p.name.startswith(".")] == ["step-00000003"]
+    assert [p.name for p in (torn / "checkpoints").iterdir() if not p.name.startswith(".")] == [
+        "step-00000003"
+    ]
     assert any(p.name.startswith(".") for p in (torn / "checkpoints").iterdir())
 
     resumed = [launch(killed, resume=True), launch(torn, resume=True)]

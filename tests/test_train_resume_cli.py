@@ -15,11 +15,25 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow
 
 MICRO = [
-    "--model.preset=tiny", "--model.hidden_size=64", "--model.num_layers=2", "--model.num_heads=4",
-    "--model.ffn_size=128", "--model.dropout=0.1", "--model.attention_dropout=0.1", "--data.seq_len=32",
-    "--train.batch_size=8", "--train.micro_batch_size=4", "--train.max_steps=12", "--train.log_every=1",
-    "--train.eval_every=6", "--train.eval_batches=2", "--train.checkpoint_every=3", "--train.device=cpu",
-    "--train.peak_tflops=0.1", "--schedule.warmup_steps=2", "--optim.lr=1e-3",
+    "--model.preset=tiny",
+    "--model.hidden_size=64",
+    "--model.num_layers=2",
+    "--model.num_heads=4",
+    "--model.ffn_size=128",
+    "--model.dropout=0.1",
+    "--model.attention_dropout=0.1",
+    "--data.seq_len=32",
+    "--train.batch_size=8",
+    "--train.micro_batch_size=4",
+    "--train.max_steps=12",
+    "--train.log_every=1",
+    "--train.eval_every=6",
+    "--train.eval_batches=2",
+    "--train.checkpoint_every=3",
+    "--train.device=cpu",
+    "--train.peak_tflops=0.1",
+    "--schedule.warmup_steps=2",
+    "--optim.lr=1e-3",
 ]
 TIMING = {"tokens_per_s", "mfu", "data_wait"}
 
@@ -29,8 +43,20 @@ def launch(corpus: Path, run: Path, fault: str | None = None, resume: bool = Fal
     env.pop("ROBERTA_FAULT", None)
     if fault:
         env["ROBERTA_FAULT"] = fault
-    args = [sys.executable, "-m", "roberta.cli", "pretrain", "--data", str(corpus / "corpus"),
-            "--tokenizer", str(corpus / "tokenizer"), "--out", str(run), *MICRO, *(["--resume"] if resume else [])]
+    args = [
+        sys.executable,
+        "-m",
+        "roberta.cli",
+        "pretrain",
+        "--data",
+        str(corpus / "corpus"),
+        "--tokenizer",
+        str(corpus / "tokenizer"),
+        "--out",
+        str(run),
+        *MICRO,
+        *(["--resume"] if resume else []),
+    ]
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -51,7 +77,9 @@ def test_killed_pretraining_resumes_bit_identically_through_the_cli(micro_corpus
         "mid-checkpoint": ["checkpoint-6:after-model"],
         "twice": ["step-4", "step-10:micro-batch-1"],
     }
-    procs = [launch(micro_corpus, whole)] + [launch(micro_corpus, tmp_path / n, f[0]) for n, f in faults.items()]
+    procs = [launch(micro_corpus, whole)] + [
+        launch(micro_corpus, tmp_path / n, f[0]) for n, f in faults.items()
+    ]
     results = wait_all(procs)
     assert results[0][0] == 0, results[0][1]
     assert [rc for rc, _ in results[1:]] == [-signal.SIGKILL] * 3, results

@@ -1,4 +1,5 @@
-"""The trainer's parts: config overrides, schedules, weight-decay groups, loss scaling, divergence, metrics."""
+"""The trainer's parts: config overrides, schedules, weight-decay groups, loss scaling, divergence,
+metrics."""
 
 import json
 import math
@@ -8,18 +9,15 @@ import torch
 
 import train_fixtures
 from roberta import RobertaConfig, RobertaModel, UserError
-from roberta.train.run_state import list_checkpoints
 from roberta.tasks.finetune import load_finetune_job
 from roberta.tasks.pretrain import load_pretrain_job
-from roberta.train.config import JobConfig, ScheduleSection, apply_override, budget, scaled
+from roberta.train.config import JobConfig, ScheduleSection, apply_override
 from roberta.train.optim import learning_rate, parameter_groups
 from roberta.train.precision import LossScaler
+from roberta.train.run_state import list_checkpoints
 from roberta.train.trainer import TrainingDiverged, apply_update
 
-
-@pytest.fixture(autouse=True)
-def _micro_models_on_one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -27,9 +25,13 @@ def _micro_models_on_one_thread(one_thread):
 
 def test_toml_and_overrides_set_typed_fields(tmp_path):
     path = tmp_path / "job.toml"
-    path.write_text('[model]\npreset = "tiny"\n[optim]\nlr = 1\nbetas = [0.9, 0.999]\n[train]\nmax_steps = 7\n')
-    job = load_pretrain_job(path, ["--train.max_steps=9", "--train.precision=bf16", "--data.whole_word=true",
-                                   "--model.init_std=0.05"])
+    path.write_text(
+        '[model]\npreset = "tiny"\n[optim]\nlr = 1\nbetas = [0.9, 0.999]\n[train]\nmax_steps = 7\n'
+    )
+    job = load_pretrain_job(
+        path,
+        ["--train.max_steps=9", "--train.precision=bf16", "--data.whole_word=true", "--model.init_std=0.05"],
+    )
     assert job.model.preset == "tiny"
     assert job.optim.lr == 1.0 and isinstance(job.optim.lr, float)
     assert job.optim.betas == (0.9, 0.999)
@@ -60,12 +62,45 @@ def test_bad_override_is_a_user_error_naming_the_key(override, named):
 def test_bad_toml_value_names_file_and_line(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('[train]\nseed = 1\nmax_steps = "many"\n')
-    with pytest.raises(UserError, match=r"job\.toml:3: train\.max_steps expects int"):
+    with pytest.raises(
+        UserError, match=r"job\.toml:3: field 'train\.max_steps' must be an integer, not 'many'"
+    ):
         load_pretrain_job(path)
 
 
+def test_forward_switches_are_model_options_that_fine_tuning_accepts():
+    """`last_layer_masked_only` and `unpad` live in [model] (the old [data] keys are unknown);
+    fine-tuning has nothing to apply them to and leaves its model as it is."""
+    from roberta.tasks.finetune import with_model_section
+
+    job = load_pretrain_job(None, ["--model.unpad=false", "--model.last_layer_masked_only=false"])
+    assert (job.model.unpad, job.model.last_layer_masked_only) == (False, False)
+    assert job.model_config(vocab_size=300) == load_pretrain_job(None).model_config(vocab_size=300)
+    with pytest.raises(UserError, match=r"unknown key 'data\.unpad'"):
+        load_pretrain_job(None, ["--data.unpad=false"])
+    model = RobertaModel(RobertaConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2, ffn_size=32))
+    assert with_model_section(model, job.model, "init/") is model
+
+
+def test_every_config_checks_its_fields_one_way():
+    """A section built in code refuses a bad value as a file or an override does, naming the field."""
+    from roberta.data.masking import MaskingConfig
+    from roberta.train.config import TrainSection
+
+    with pytest.raises(UserError, match=r"field 'train\.batch_size' must be positive, not 0"):
+        TrainSection(batch_size=0)
+    with pytest.raises(UserError, match=r"override --schedule\.kind: field 'schedule\.kind' must be one of"):
+        apply_override(JobConfig(), "--schedule.kind=cosine")
+    with pytest.raises(UserError, match=r"masking: field 'mask_prob' must be in \(0, 1\), not 1\.5"):
+        MaskingConfig(mask_prob=1.5)
+    with pytest.raises(UserError, match=r"config: field 'num_heads' must be an integer, not 2\.0"):
+        RobertaConfig(num_heads=2.0)
+
+
 def test_scale_shrinks_batch_steps_and_warmup_together():
-    job = scaled(load_pretrain_job("configs/ablations/table3-batch-2k.toml", ["--train.scale=0.01"]))
+    job = load_pretrain_job(
+        "configs/ablations/table3-batch-2k.toml", ["--train.scale=0.01"]
+    )  # scaled on load
     assert (job.train.batch_size, job.train.max_steps, job.schedule.warmup_steps) == (21, 1250, 13)
     assert job.train.batch_size % job.train.micro_batch_size == 0
 
@@ -171,4 +206,3 @@ def test_a_step_budget_given_replaces_the_recipes_epochs(tmp_path):
     assert both.epochs == 2
     (tmp_path / "job.toml").write_text("[train]\nmax_steps = 7\n")
     assert load_finetune_job(tmp_path / "job.toml", [], lr=1e-5, batch_size=16).train.epochs == 0
-

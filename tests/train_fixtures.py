@@ -18,8 +18,8 @@ import torch
 
 from roberta.data.masking import MaskingConfig, MaskVocab, mask_tokens, masking_rng
 from roberta.model import RobertaModel
-from roberta.train import distributed
 from roberta.tasks.pretrain import NSP_LABELS, load_pretrain_job, mlm_objective
+from roberta.train import distributed
 from roberta.train.trainer import TrainResult, batch_plan, train
 
 VOCAB, SEQ = 300, 32
@@ -84,21 +84,27 @@ def initial_model(overrides: list[str] = ()) -> RobertaModel:
     return RobertaModel(job.model_config(VOCAB, PAD))
 
 
-def run(run_dir: str | Path, overrides: list[str] = (), resume: bool = False, poison_at: int = -1) -> TrainResult:
+def run(
+    run_dir: str | Path, overrides: list[str] = (), resume: bool = False, poison_at: int = -1
+) -> TrainResult:
     job = load_pretrain_job(None, [*MICRO_JOB, *overrides])
     placement = distributed.setup(job.train.device)
     micro_batch_size, _ = batch_plan(job, placement.world_size)
     model = initial_model(overrides)
     nsp = job.data.format in ("segment-pair", "sentence-pair")
     objective = mlm_objective(
-        train_batches=lambda start: batches(job.train.seed, micro_batch_size, placement.rank, placement.world_size, start, nsp, poison_at),
-        eval_batches=lambda: batches(job.train.seed + 1, micro_batch_size, placement.rank, placement.world_size, 0, nsp),
+        train_batches=lambda start: batches(
+            job.train.seed, micro_batch_size, placement.rank, placement.world_size, start, nsp, poison_at
+        ),
+        eval_batches=lambda: batches(
+            job.train.seed + 1, micro_batch_size, placement.rank, placement.world_size, 0, nsp
+        ),
         padding_idx=PAD,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
         nsp=nsp,
-        last_layer_masked_only=job.data.last_layer_masked_only,
-        unpad=job.data.unpad,
+        last_layer_masked_only=job.model.last_layer_masked_only,
+        unpad=job.model.unpad,
     )
     if poison_at >= 0:
         objective = _nan_on_bad_ids(objective)

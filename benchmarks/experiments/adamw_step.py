@@ -29,7 +29,9 @@ def make(preset: str, options: dict) -> tuple[RobertaModel, torch.optim.AdamW]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="tiny", choices=["tiny", "medium", "base", "large"])
     parser.add_argument("--slices", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3, help="step() calls per slice")
@@ -47,10 +49,16 @@ def main() -> None:
                 optimizer.step()
             times[name].append((time.perf_counter() - started) / args.steps * 1000)
     for name, values in times.items():
-        print(f"{name:9} median {statistics.median(values):7.1f} ms/step  slices {[round(v) for v in values]}")
+        print(
+            f"{name:9} median {statistics.median(values):7.1f} ms/step  slices {[round(v) for v in values]}"
+        )
     fused, foreach = sides["fused"][0], sides["foreach"][0]
-    drift = max(((p - q).abs().max() / p.abs().max()).item() for p, q in zip(fused.parameters(), foreach.parameters()))
-    print(f"largest parameter difference fused vs foreach, relative to the tensor's largest value: {drift:.2g}")
+    drift = max(
+        ((p - q).abs().max() / p.abs().max()).item() for p, q in zip(fused.parameters(), foreach.parameters())
+    )
+    print(
+        f"largest parameter difference fused vs foreach, relative to the tensor's largest value: {drift:.2g}"
+    )
 
 
 if __name__ == "__main__":

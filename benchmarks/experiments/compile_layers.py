@@ -31,7 +31,9 @@ def make(preset: str) -> tuple[RobertaModel, torch.optim.Optimizer]:
     return model, build_optimizer(model, OptimSection())
 
 
-def step(model: RobertaModel, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+def step(
+    model: RobertaModel, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor]
+) -> None:
     tokens, masked = batch
     hidden = model(tokens).last_hidden_state
     F.cross_entropy(model.lm_logits(hidden, masked), tokens[masked]).backward()
@@ -40,14 +42,18 @@ def step(model: RobertaModel, optimizer: torch.optim.Optimizer, batch: tuple[tor
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="tiny", choices=["tiny", "medium", "base", "large"])
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--slices", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2, help="steps per slice")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--profile", action="store_true", help="first print the eager step's time by operator")
+    parser.add_argument(
+        "--profile", action="store_true", help="first print the eager step's time by operator"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(1)
@@ -88,7 +94,9 @@ def main() -> None:
                 step(*sides[name], batches[i % len(batches)])
             rates[name].append(tokens_per_slice / (time.perf_counter() - started))
     for name, values in rates.items():
-        print(f"{name:8} median {statistics.median(values):8.1f} tokens/s  slices {[round(v) for v in values]}")
+        print(
+            f"{name:8} median {statistics.median(values):8.1f} tokens/s  slices {[round(v) for v in values]}"
+        )
     print(f"compiled / eager: {statistics.median(rates['compiled']) / statistics.median(rates['eager']):.2f}")
 
 

@@ -33,7 +33,9 @@ SIDES = {"huge pages": "1", "4 KB pages": "0"}
 def child(preset: str, steps: int) -> None:
     from step_variants import Stepper, pretrain_setup
 
-    make_model, objective, sides, batches, optim = pretrain_setup(1, preset, harness.DEFAULT_DATA, harness.ROOT / "runs" / "bench")
+    make_model, objective, sides, batches, optim = pretrain_setup(
+        1, preset, harness.DEFAULT_DATA, harness.ROOT / "runs" / "bench"
+    )
     step = Stepper(make_model(), objective, sides["mlm_loss"], optim)
     losses = [step(batches[0])]  # warm-up: optimizer state, thread pools
     before, times = resource.getrusage(resource.RUSAGE_SELF), []
@@ -42,10 +44,17 @@ def child(preset: str, steps: int) -> None:
         losses.append(step(batches[0]))
         times.append(time.perf_counter() - started)
     after = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({
-        "seconds": times, "faults": (after.ru_minflt - before.ru_minflt) / steps, "losses": losses,
-        "user": (after.ru_utime - before.ru_utime) / steps, "system": (after.ru_stime - before.ru_stime) / steps,
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": times,
+                "faults": (after.ru_minflt - before.ru_minflt) / steps,
+                "losses": losses,
+                "user": (after.ru_utime - before.ru_utime) / steps,
+                "system": (after.ru_stime - before.ru_stime) / steps,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -65,18 +74,28 @@ def main() -> None:
         for side in order[round_ % 2 :] + order[: round_ % 2]:
             env = {**harness.thread_env(args.threads), "THP_MEM_ALLOC_ENABLE": SIDES[side]}
             argv = [sys.executable, __file__, "--child", "--preset", args.preset, "--steps", str(args.steps)]
-            out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True, cwd=os.path.dirname(__file__))
+            out = subprocess.run(
+                argv, env=env, check=True, capture_output=True, text=True, cwd=os.path.dirname(__file__)
+            )
             runs[side].append(json.loads(out.stdout.splitlines()[-1]))
-            print(f"  round {round_ + 1} {side}: {[round(s, 2) for s in runs[side][-1]['seconds']]} s", flush=True)
+            print(
+                f"  round {round_ + 1} {side}: {[round(s, 2) for s in runs[side][-1]['seconds']]} s",
+                flush=True,
+            )
     for side, results in runs.items():
         seconds = [s for r in results for s in r["seconds"]]
-        print(f"{side:>11}: s per step {harness.Spread.of(seconds)}; page faults per step "
-              f"{statistics.median(r['faults'] for r in results):,.0f}; CPU s per step user "
-              f"{statistics.median(r['user'] for r in results):.2f}, system "
-              f"{statistics.median(r['system'] for r in results):.2f}")
+        print(
+            f"{side:>11}: s per step {harness.Spread.of(seconds)}; page faults per step "
+            f"{statistics.median(r['faults'] for r in results):,.0f}; CPU s per step user "
+            f"{statistics.median(r['user'] for r in results):.2f}, system "
+            f"{statistics.median(r['system'] for r in results):.2f}"
+        )
     on, off = ([s for r in runs[side] for s in r["seconds"]] for side in SIDES)
     print(f"4 KB / huge, median step time: {statistics.median(off) / statistics.median(on):.3f}")
-    print("losses equal:", all(r["losses"] == runs["4 KB pages"][0]["losses"] for rs in runs.values() for r in rs))
+    print(
+        "losses equal:",
+        all(r["losses"] == runs["4 KB pages"][0]["losses"] for rs in runs.values() for r in rs),
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,6 @@ import torch.nn.functional as F
 # harness.py and time_to_quality.py, shared with the `make bench` scripts, live one level up in benchmarks/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
-
 from roberta.data.masking import IGNORE_INDEX
 from roberta.model import RobertaModel
 from roberta.tasks.pretrain import mlm_loss, mlm_objective
@@ -116,12 +115,11 @@ class FullForward:
 
 
 def finetune_setup(data: Path, count: int) -> tuple:
-    from time_to_quality import model_config
-
     from roberta.tasks.classify import classify_objective, encode, label_values
     from roberta.tasks.finetune import load_finetune_job
     from roberta.tasks.glue import get_task, read_split, sentence_task
     from roberta.tokenizer import load_tokenizer
+    from time_to_quality import model_config
 
     tokenizer = load_tokenizer(data / "gpt2_bpe")
     glue, path = get_task("RTE"), data / "glue" / "RTE" / "train.tsv"
@@ -140,25 +138,32 @@ def finetune_setup(data: Path, count: int) -> tuple:
         objective.add_heads(built)
         return built
 
-    sides = {"full last layer": lambda m, batch: objective.loss(FullForward(m), batch), "first_only": objective.loss}
+    sides = {
+        "full last layer": lambda m, batch: objective.loss(FullForward(m), batch),
+        "first_only": objective.loss,
+    }
     return model, objective, sides, batches, job.optim
 
 
 def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
-    if preset == "recipe":  # configs/pretrain-cpu-20min.toml: 2 x 128, its 8K BPE, 8 x 128, 40% masked, no dropout
+    if (
+        preset == "recipe"
+    ):  # configs/pretrain-cpu-20min.toml: 2 x 128, its 8K BPE, 8 x 128, 40% masked, no dropout
         import time_to_quality
-
         from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
         from roberta.data.masking import MaskingConfig
 
         corpus = time_to_quality.ensure_data(data / "corpus", work, 8192)[1]
-        dataset = PretrainDataset(corpus, config=DataConfig(seq_len=128, masking=MaskingConfig(mask_prob=0.4)),
-                                  micro_batch_size=8, seed=1)
+        dataset = PretrainDataset(
+            corpus,
+            config=DataConfig(seq_len=128, masking=MaskingConfig(mask_prob=0.4)),
+            micro_batch_size=8,
+            seed=1,
+        )
         batches = list(itertools.islice(iter(PretrainLoader(dataset)), count))
         config = time_to_quality.model_config("tiny:2x128", 0.0, dataset.specials.vocab_size, 130, 0.05)
     else:
         import pretrain_step
-
         from roberta.config import RobertaConfig
 
         batches = pretrain_step.batches(pretrain_step.prepared_corpus(data, work), 128, 16, count)
@@ -199,7 +204,9 @@ class Stepper:
         return next(totals[k] / counts[k] for k in counts)
 
 
-def check(make_model: Callable, objective: Objective, sides: dict, batches: list[dict], optim, steps: int) -> None:
+def check(
+    make_model: Callable, objective: Objective, sides: dict, batches: list[dict], optim, steps: int
+) -> None:
     losses = {}
     for name, loss in sides.items():
         step = Stepper(make_model(), objective, loss, optim)
@@ -208,8 +215,10 @@ def check(make_model: Callable, objective: Objective, sides: dict, batches: list
     first, *others = losses
     for name in others:
         worst = max(abs(a - b) / abs(a) for a, b in zip(losses[first], losses[name]))
-        print(f"losses over {steps} steps (dropout {step.model.config.dropout}): {name} vs {first}: "
-              f"largest relative difference {worst:.1e}")
+        print(
+            f"losses over {steps} steps (dropout {step.model.config.dropout}): {name} vs {first}: "
+            f"largest relative difference {worst:.1e}"
+        )
 
 
 def bookkeeping(objective: Objective, batches: list[dict], repeats: int = 200) -> float:
@@ -244,25 +253,47 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=4, help="batches per slice (default 4)")
     p.add_argument("--slices", type=int, default=6)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--preset", default="tiny", choices=["tiny", "base", "recipe"],
-                   help="pretrain: the model (default tiny); recipe: the CPU recipe's model and batches")
-    p.add_argument("--sides", default="", help="pretrain: a comma-separated subset of the sides (default all)")
-    p.add_argument("--check", type=int, default=0, metavar="N", help="first compare the sides' losses over N steps")
+    p.add_argument(
+        "--preset",
+        default="tiny",
+        choices=["tiny", "base", "recipe"],
+        help="pretrain: the model (default tiny); recipe: the CPU recipe's model and batches",
+    )
+    p.add_argument(
+        "--sides", default="", help="pretrain: a comma-separated subset of the sides (default all)"
+    )
+    p.add_argument(
+        "--check", type=int, default=0, metavar="N", help="first compare the sides' losses over N steps"
+    )
     p.add_argument("--profile", action="store_true", help="first print each side's steps by operator")
-    p.add_argument("--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)")
-    p.add_argument("--work", type=Path, default=harness.ROOT / "runs" / "bench", help="pretrain: cache of the prepared corpus")
+    p.add_argument(
+        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=harness.ROOT / "runs" / "bench",
+        help="pretrain: cache of the prepared corpus",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.task == "finetune":
         make_model, objective, sides, batches, optim = finetune_setup(args.data, args.batches)
     else:
-        make_model, objective, sides, batches, optim = pretrain_setup(args.batches, args.preset, args.data, args.work)
+        make_model, objective, sides, batches, optim = pretrain_setup(
+            args.batches, args.preset, args.data, args.work
+        )
         if args.sides:
             sides = {name: sides[name] for name in args.sides.split(",")}
-    shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches[:8]) + (", ..." if len(batches) > 8 else "")
+    shapes = ", ".join("x".join(map(str, b["tokens"].shape)) for b in batches[:8]) + (
+        ", ..." if len(batches) > 8 else ""
+    )
     real = sum(int(b["tokens"].ne(1).sum()) for b in batches) / sum(len(b["tokens"]) for b in batches)
-    print(f"{args.task}: batches {shapes} (mean {real:.0f} real tokens per sequence); "
-          f"{args.threads} thread(s); {harness.machine()}; {harness.versions()}", flush=True)
+    print(
+        f"{args.task}: batches {shapes} (mean {real:.0f} real tokens per sequence); "
+        f"{args.threads} thread(s); {harness.machine()}; {harness.versions()}",
+        flush=True,
+    )
     if args.check:
         check(make_model, objective, sides, batches, optim, args.check)
     model = make_model()
@@ -287,16 +318,20 @@ def main() -> None:
     cpu = harness.alternate({name: lambda n=name: run(n) for name in steppers}, args.slices)
     first, *others = steppers
     for name in steppers:
-        print(f"{name:>16}: CPU s per slice {harness.Spread.of(cpu[name])}, "
-              f"wall s {harness.Spread.of(wall[name])}")
+        print(
+            f"{name:>16}: CPU s per slice {harness.Spread.of(cpu[name])}, "
+            f"wall s {harness.Spread.of(wall[name])}"
+        )
     for name in others:
         for clock, times in (("CPU", cpu), ("wall", wall)):
             ratios = [a / b for a, b in zip(times[first], times[name])]
             print(f"{name} speed / {first} ({clock} time): {harness.Spread.of(ratios)}")
     per_step = statistics.median(cpu[first]) / len(batches)
     host = bookkeeping(objective, batches)
-    print(f"trainer bookkeeping (counts, totals, finiteness, tokens): {host * 1e3:.2f} ms per step, "
-          f"{host / per_step:.3%} of a step")
+    print(
+        f"trainer bookkeeping (counts, totals, finiteness, tokens): {host * 1e3:.2f} ms per step, "
+        f"{host / per_step:.3%} of a step"
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ def require_lm_head(model: RobertaModel, what: str) -> None:
     """A one-line UserError for `what` (fill-mask, ...) on a model without a masked-LM head."""
     source = without_lm_head(model)
     if source is not None:
-        raise UserError(f"{source}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); "
-                        f"{what} needs a checkpoint with one")
+        raise UserError(
+            f"{source}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); "
+            f"{what} needs a checkpoint with one"
+        )
 
 
 def head_shapes(model: RobertaModel) -> dict[str, dict]:
@@ -69,7 +71,10 @@ def head_shapes(model: RobertaModel) -> dict[str, dict]:
 
 
 def build_model(
-    config: RobertaConfig, heads: dict[str, dict[str, int]], device: str | torch.device = "cpu", initialise: bool = False
+    config: RobertaConfig,
+    heads: dict[str, dict[str, int]],
+    device: str | torch.device = "cpu",
+    initialise: bool = False,
 ) -> RobertaModel:
     """A model of the given shape on `device`, its weights left uninitialised for a checkpoint to fill.
 
@@ -96,13 +101,19 @@ def _with_heads(model: RobertaModel, heads: dict[str, dict]) -> RobertaModel:
     return model
 
 
-def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: str, lm_head: bool = True) -> RobertaModel:
+def load_weights(
+    model: RobertaModel, state: dict[str, torch.Tensor], source: str, lm_head: bool = True
+) -> RobertaModel:
     """Copy `state` (without the tied key; without `lm_head.*` unless `lm_head`) into `model` after
     checking every key and shape.
 
     Nothing is copied unless the whole state dict fits, so a failure leaves `model` untouched.
     """
-    expected = {k: v for k, v in model.state_dict().items() if k != TIED_KEY and (lm_head or not k.startswith(LM_HEAD_PREFIX))}
+    expected = {
+        k: v
+        for k, v in model.state_dict().items()
+        if k != TIED_KEY and (lm_head or not k.startswith(LM_HEAD_PREFIX))
+    }
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing:
@@ -116,7 +127,9 @@ def load_weights(model: RobertaModel, state: dict[str, torch.Tensor], source: st
                 f"the config expects {list(expected[key].shape)}"
             )
         if not tensor.is_floating_point():
-            raise UserError(f"{source}: key {key!r} has dtype {tensor.dtype}, expected a floating-point tensor")
+            raise UserError(
+                f"{source}: key {key!r} has dtype {tensor.dtype}, expected a floating-point tensor"
+            )
     model.load_state_dict({**state, TIED_KEY: state[TIED_TO]}, strict=lm_head)
     return model
 
@@ -129,7 +142,9 @@ def check_vocabulary(tokenizer, config: RobertaConfig, source: str) -> None:
             f"{config.vocab_size} rows (shape [{config.vocab_size}, {config.hidden_size}])"
         )
     if tokenizer.pad_id != config.padding_idx:
-        raise UserError(f"{source}: tokenizer pads with id {tokenizer.pad_id}, the model with {config.padding_idx}")
+        raise UserError(
+            f"{source}: tokenizer pads with id {tokenizer.pad_id}, the model with {config.padding_idx}"
+        )
 
 
 def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
@@ -138,8 +153,11 @@ def write(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     if tokenizer is not None:
         check_vocabulary(tokenizer, model.config, str(directory))
     lm_head = without_lm_head(model) is None
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
-             if k != TIED_KEY and (lm_head or not k.startswith(LM_HEAD_PREFIX))}
+    state = {
+        k: v.detach().contiguous()
+        for k, v in model.state_dict().items()
+        if k != TIED_KEY and (lm_head or not k.startswith(LM_HEAD_PREFIX))
+    }
     meta = {"format": FORMAT, "config": model.config.to_dict(), "heads": heads}
     if not lm_head:
         meta["lm_head"] = False
@@ -162,8 +180,10 @@ def save_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
 def save(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:
     """Write `model` (and `tokenizer`, if given) as a checkpoint directory, atomically."""
     if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
-        raise UserError(f"{directory}: an int8-quantized model is for serving only; save the fp32 model "
-                        "(load the checkpoint again) and quantize after loading")
+        raise UserError(
+            f"{directory}: an int8-quantized model is for serving only; save the fp32 model "
+            "(load the checkpoint again) and quantize after loading"
+        )
     with atomic_directory(directory) as tmp:
         write(tmp, model, tokenizer)
     return Path(directory)
@@ -195,7 +215,9 @@ def _read_meta(directory: str | Path) -> tuple[RobertaConfig, dict[str, dict], s
             raise UserError(f"{path}: field {field!r} must be a JSON object")
     heads = {name: _head_spec(spec, f"{path}: heads.{name}") for name, spec in meta["heads"].items()}
     recorded = meta.get("tokenizer")  # absent in checkpoints written before it was recorded
-    if recorded is not None and not (isinstance(recorded, dict) and isinstance(recorded.get("fingerprint"), str)):
+    if recorded is not None and not (
+        isinstance(recorded, dict) and isinstance(recorded.get("fingerprint"), str)
+    ):
         raise UserError(f"{path}: field 'tokenizer.fingerprint' must be a string")
     lm_head = meta.get("lm_head", True)
     if type(lm_head) is not bool:
@@ -227,13 +249,24 @@ def _head_spec(spec, where: str) -> dict:
     if kind == SpanHead.kind:
         return {"kind": kind}
     if kind != ClassificationHead.kind:
-        raise UserError(f"{where}: unknown head kind {kind!r} (known: {ClassificationHead.kind}, {SpanHead.kind})")
+        raise UserError(
+            f"{where}: unknown head kind {kind!r} (known: {ClassificationHead.kind}, {SpanHead.kind})"
+        )
     if not all(_is_positive_int(spec.get(k)) for k in ("num_classes", "inner_dim")):
         raise UserError(f"{where} must give positive integer 'num_classes' and 'inner_dim', not {spec!r}")
     labels = spec.get("labels", [])
-    if not (isinstance(labels, list) and all(isinstance(x, str) for x in labels) and len(labels) in (0, spec["num_classes"])):
+    if not (
+        isinstance(labels, list)
+        and all(isinstance(x, str) for x in labels)
+        and len(labels) in (0, spec["num_classes"])
+    ):
         raise UserError(f"{where}: 'labels' must be a list of {spec['num_classes']} strings, not {labels!r}")
-    return {"kind": kind, "num_classes": spec["num_classes"], "inner_dim": spec["inner_dim"], **({"labels": labels} if labels else {})}
+    return {
+        "kind": kind,
+        "num_classes": spec["num_classes"],
+        "inner_dim": spec["inner_dim"],
+        **({"labels": labels} if labels else {}),
+    }
 
 
 def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

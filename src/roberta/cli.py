@@ -1,7 +1,8 @@
 """The `roberta` command: one verb per stage of the pipeline.
 
-Each verb is a `_<verb>(subparsers)` function that declares its options and binds a handler;
-handlers import their module lazily so that `roberta --help` stays instant. A `UserError` or
+Each verb is a `_<verb>(parser)` function whose docstring is its --help: it declares its options
+and returns its handler (VERBS below lists them). Handlers import their module lazily so that
+`roberta --help` stays instant. A `UserError` or
 an `OSError` (a file or place that cannot be used) anywhere becomes one line on stderr and exit
 status 2.
 """
@@ -9,33 +10,42 @@ status 2.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
 from roberta.errors import UserError
 
 # Large CPU tensors on transparent huge pages: torch reads this once, at its first allocation, so it
 # is set before anything imports torch. A base@128 CPU training step has 13x fewer page faults and
-# runs 6-9% faster; the numbers are the same (benchmarks/experiments/huge-pages.md). THP_MEM_ALLOC_ENABLE=0 turns it off.
+# runs 6-9% faster; the numbers are the same (benchmarks/experiments/huge-pages.md). THP_MEM_ALLOC_ENABLE=0
+# turns it off.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+# What a command runs, given its parsed arguments.
+Handler = Callable[[argparse.Namespace], None]
 
 GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
 
 
-def _demo(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo",
-        help="the whole pipeline in ~20 CPU minutes: corpus, tokenizer, prepare, pretrain, fill-mask",
-        description="Builds a corpus from the Python standard library's docstrings, trains a byte-level "
-        "BPE tokenizer, prepares the corpus, pretrains a small RoBERTa with the CPU recipe "
-        "(configs/pretrain-cpu-20min.toml) and a progress bar, then prints fill-mask predictions and "
-        "where curves.png and the checkpoint are.",
-    )
+def _demo(p: argparse.ArgumentParser) -> Handler:
+    """the whole pipeline in ~20 CPU minutes: corpus, tokenizer, prepare, pretrain, fill-mask
+
+    Builds a corpus from the Python standard library's docstrings, trains a byte-level BPE
+    tokenizer, prepares the corpus, pretrains a small RoBERTa with the CPU recipe
+    (configs/pretrain-cpu-20min.toml) and a progress bar, then prints fill-mask predictions and
+    where curves.png and the checkpoint are.
+    """
     p.add_argument("--seed", type=int, default=0, help="seed for weights, data order and masks (default 0)")
     p.add_argument("--out", default="demo-run", help="working directory (default ./demo-run)")
-    p.add_argument("--steps", type=int, help="training steps (default: the recipe's train.max_steps; "
-                   "fewer shorten the run, the schedule scaled to fit)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="training steps (default: the recipe's train.max_steps; "
+        "fewer shorten the run, the schedule scaled to fit)",
+    )
     p.add_argument("--config", help="the pretraining recipe (default: configs/pretrain-cpu-20min.toml)")
 
     def run(args: argparse.Namespace) -> None:
@@ -43,27 +53,41 @@ def _demo(subparsers) -> None:
 
         run_demo(seed=args.seed, out=args.out, steps=args.steps, config=args.config or RECIPE)
 
-    p.set_defaults(handler=run)
+    return run
 
 
 def _text_corpus_options(p: argparse.ArgumentParser, out_help: str) -> None:
     """What `prepare` and `train-tokenizer` share: they read text files the same way."""
     p.add_argument("inputs", nargs="+", help="text files, or directories of *.txt/*.text/*.jsonl/*.gz files")
     p.add_argument("--out", required=True, help=out_help)
-    p.add_argument("--text-field", "--jsonl-text-field", dest="text_field", default="text",
-                   help="text field of .jsonl records (default text)")
     p.add_argument(
-        "--errors", choices=["strict", "replace"], default="strict",
+        "--text-field",
+        "--jsonl-text-field",
+        dest="text_field",
+        default="text",
+        help="text field of .jsonl records (default text)",
+    )
+    p.add_argument(
+        "--errors",
+        choices=["strict", "replace"],
+        default="strict",
         help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
     )
     _progress_option(p)
+
+
+def _text_corpus_settings(args: argparse.Namespace) -> dict:
+    """The keyword arguments of `prepare` and `train_tokenizer` that `_text_corpus_options` declares."""
+    return {"text_field": args.text_field, "errors": args.errors, "progress": not args.no_progress}
 
 
 def _line_file_options(p: argparse.ArgumentParser, input_help: str, out_help: str) -> None:
     """What `embed` and `predict` share: one text (or pair) per line in, one result per line out."""
     p.add_argument("--input", required=True, help=input_help)
     p.add_argument("--out", required=True, help=out_help)
-    p.add_argument("--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)")
+    p.add_argument(
+        "--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)"
+    )
     _progress_option(p)
 
 
@@ -71,66 +95,80 @@ def _progress_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _prepare(subparsers) -> None:
-    p = subparsers.add_parser(
-        "prepare",
-        help="encode text files into a binarized corpus directory for pretraining",
-        description="Text files (plain, .gz, .jsonl) -> token memmap + sentence/document offsets + "
-        "meta.json, with a validation split held out by whole documents. In text files a line is a "
-        "sentence and a blank line ends a document.",
-    )
+def _prepare(p: argparse.ArgumentParser) -> Handler:
+    """encode text files into a binarized corpus directory for pretraining
+
+    Text files (plain, .gz, .jsonl) -> token memmap + sentence/document offsets + meta.json, with a
+    validation split held out by whole documents. In text files a line is a sentence and a blank
+    line ends a document.
+    """
     _text_corpus_options(p, out_help="corpus directory to create")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (see `roberta train-tokenizer`)")
     p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
-    p.add_argument("--valid-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)")
+    p.add_argument(
+        "--valid-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the validation draw (default 0)")
     p.add_argument("--line-is-document", action="store_true", help="every non-blank line is a document")
-    p.add_argument("--shard-mb", type=int, default=1024, help="input megabytes per output shard (default 1024)")
+    p.add_argument(
+        "--shard-mb", type=int, default=1024, help="input megabytes per output shard (default 1024)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.data.prepare import prepare
 
         out = prepare(
-            args.inputs, args.tokenizer, args.out, workers=args.workers, valid_fraction=args.valid_fraction,
-            seed=args.seed, line_is_document=args.line_is_document, text_field=args.text_field,
-            errors=args.errors, shard_bytes=args.shard_mb << 20, overwrite=args.overwrite,
-            progress=not args.no_progress,
+            args.inputs,
+            args.tokenizer,
+            args.out,
+            **_text_corpus_settings(args),
+            shard_bytes=args.shard_mb << 20,
+            workers=args.workers,
+            valid_fraction=args.valid_fraction,
+            seed=args.seed,
+            line_is_document=args.line_is_document,
+            overwrite=args.overwrite,
         )
         print(out)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _convert(subparsers) -> None:
-    p = subparsers.add_parser(
-        "convert",
-        help="convert a checkpoint between roberta, HF transformers and fairseq formats (checked)",
-        description="Reads SRC (our checkpoint directory, an HF save_pretrained directory, or a fairseq "
-        "model.pt / its directory), writes DST in the chosen format, then runs both models on a probe "
-        "batch and prints the largest difference; above --tolerance nothing is written.",
-    )
+def _convert(p: argparse.ArgumentParser) -> Handler:
+    """convert a checkpoint between roberta, HF transformers and fairseq formats (checked)
+
+    Reads SRC (our checkpoint directory, an HF save_pretrained directory, or a fairseq model.pt /
+    its directory), writes DST in the chosen format, then runs both models on a probe batch and
+    prints the largest difference; above --tolerance nothing is written.
+    """
     p.add_argument("src", help="checkpoint to read: directory, or a fairseq model.pt")
     p.add_argument("dst", help="directory to write (replaced atomically if it holds a checkpoint)")
-    p.add_argument("--to", choices=["roberta", "hf", "fairseq"], default="roberta", help="format of DST (default roberta)")
-    p.add_argument("--tolerance", type=float, default=1e-5, help="largest allowed output difference (default 1e-5)")
+    p.add_argument(
+        "--to",
+        choices=["roberta", "hf", "fairseq"],
+        default="roberta",
+        help="format of DST (default roberta)",
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=1e-5, help="largest allowed output difference (default 1e-5)"
+    )
 
     def run(args: argparse.Namespace) -> None:
         from roberta.convert import convert
 
         convert(args.src, args.dst, to=args.to, tolerance=args.tolerance)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _train_tokenizer(subparsers) -> None:
-    p = subparsers.add_parser(
-        "train-tokenizer",
-        help="train a byte-level BPE tokenizer (vocab.json + merges.txt) on text files",
-        description="Trains byte-level BPE on text files (plain, .gz, .jsonl; directories expanded), "
-        "reading sentences as `roberta prepare` does. Writes vocab.json + merges.txt with <s>=0 <pad>=1 "
-        "</s>=2 <unk>=3 and <mask> as the last id; OUT is written to a temporary directory, then renamed.",
-    )
+def _train_tokenizer(p: argparse.ArgumentParser) -> Handler:
+    """train a byte-level BPE tokenizer (vocab.json + merges.txt) on text files
+
+    Trains byte-level BPE on text files (plain, .gz, .jsonl; directories expanded), reading
+    sentences as `roberta prepare` does. Writes vocab.json + merges.txt with <s>=0 <pad>=1 </s>=2
+    <unk>=3 and <mask> as the last id; OUT is written to a temporary directory, then renamed.
+    """
     _text_corpus_options(p, out_help="directory to create (must not exist, or be empty)")
     p.add_argument("--vocab-size", type=int, required=True, help="number of ids, specials included")
     p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
@@ -138,34 +176,45 @@ def _train_tokenizer(subparsers) -> None:
     def run(args: argparse.Namespace) -> None:
         from roberta.tokenizer import train_tokenizer
 
-        tokenizer = train_tokenizer(
-            args.inputs, args.out, args.vocab_size, args.min_frequency,
-            text_field=args.text_field, errors=args.errors, progress=not args.no_progress,
-        )
+        settings = _text_corpus_settings(args)
+        tokenizer = train_tokenizer(args.inputs, args.out, args.vocab_size, args.min_frequency, **settings)
         print(f"{args.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _pretrain(subparsers) -> None:
-    p = subparsers.add_parser(
-        "pretrain",
-        help="pretrain RoBERTa on a prepared corpus (one CPU, one GPU, or torchrun DDP/FSDP)",
-        description="Trains on a corpus made by `roberta prepare`, writing RUN/checkpoints/, metrics.jsonl, "
-        "tensorboard/ and curves.png. Any job field can be overridden as --section.key=value "
-        "(e.g. --train.max_steps=1000 --optim.lr=1e-3). Under torchrun every rank runs this same command.",
+def _pretrain(p: argparse.ArgumentParser) -> Handler:
+    """pretrain RoBERTa on a prepared corpus (one CPU, one GPU, or torchrun DDP/FSDP)
+
+    Trains on a corpus made by `roberta prepare`, writing RUN/checkpoints/, metrics.jsonl,
+    tensorboard/ and curves.png. Any job field can be overridden as --section.key=value (e.g.
+    --train.max_steps=1000 --optim.lr=1e-3). Under torchrun every rank runs this same command.
+    """
+    p.add_argument(
+        "--config", help="job TOML, e.g. configs/pretrain-tiny.toml (default: the paper's base recipe)"
     )
-    p.add_argument("--config", help="job TOML, e.g. configs/pretrain-tiny.toml (default: the paper's base recipe)")
     p.add_argument("--data", required=True, help="prepared corpus directory")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--tokenizer", help="tokenizer directory saved into checkpoints (default: found in/beside --data)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its latest checkpoint (a finished one goes on if "
-                   "train.max_steps grew)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace what --out holds (a run, or anything else), once the command has been checked")
-    p.add_argument("--init-from", help="start from a checkpoint (ours, HF or fairseq) instead of random weights")
-    p.add_argument("--scale", type=float, help="shrink batch, steps and warmup together (same as --train.scale)")
+    p.add_argument(
+        "--tokenizer", help="tokenizer directory saved into checkpoints (default: found in/beside --data)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its latest checkpoint (a finished one goes on if "
+        "train.max_steps grew)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what --out holds (a run, or anything else), once the command has been checked",
+    )
+    p.add_argument(
+        "--init-from", help="start from a checkpoint (ours, HF or fairseq) instead of random weights"
+    )
+    p.add_argument(
+        "--scale", type=float, help="shrink batch, steps and warmup together (same as --train.scale)"
+    )
     p.set_defaults(overrides=[])
 
     def run(args: argparse.Namespace) -> None:
@@ -175,15 +224,20 @@ def _pretrain(subparsers) -> None:
         extra = [f"--train.scale={args.scale}"] if args.scale is not None else []
         job = load_pretrain_job(args.config, [*args.overrides, *extra])
         result = pretrain(
-            job, args.data, args.out, tokenizer=args.tokenizer, resume=args.resume, overwrite=args.overwrite,
-            init_from=args.init_from
+            job,
+            args.data,
+            args.out,
+            tokenizer=args.tokenizer,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            init_from=args.init_from,
         )
         if int(os.environ.get("RANK", "0")) == 0:
             figures = ", ".join(f"{k} {v:.4g}" for k, v in result.valid.items())
             print(f"step {result.step}: {figures}\ncheckpoint: {result.checkpoint}")
         distributed.shutdown()
 
-    p.set_defaults(handler=run)
+    return run
 
 
 def _load_hub(args: argparse.Namespace):
@@ -203,24 +257,33 @@ def _load_hub(args: argparse.Namespace):
 
 
 def _hub_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="our checkpoint directory, an HF directory, or a fairseq directory / model.pt")
+    p.add_argument(
+        "checkpoint", help="our checkpoint directory, an HF directory, or a fairseq directory / model.pt"
+    )
     p.add_argument("--checkpoint-file", help="the .pt file inside a fairseq directory (default model.pt)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--batch-tokens", type=int, default=2048,
-                   help="padded tokens per batch; inputs are sorted by length so batches hold little padding (default 2048)")
-    p.add_argument("--int8", action="store_true",
-                   help="CPU only: run the Linear layers in int8 (dynamic quantization; the speed-up depends on "
-                   "the CPU's int8 support), after printing to stderr how close int8 comes to fp32 on the input's "
-                   "first batch (embed: cosine of the vectors; predict, fill-mask: share of equal top-1 predictions)")
-
-
-def _fill_mask(subparsers) -> None:
-    p = subparsers.add_parser(
-        "fill-mask",
-        help="the most likely tokens for the one <mask> in a text",
-        description="Prints the --topk fillings of the single <mask> in TEXT (fairseq's fill_mask: the "
-        "space before <mask> belongs to the predicted token), one per line: probability, token, filled text.",
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=2048,
+        help="padded tokens per batch; inputs are sorted by length so batches hold little padding "
+        "(default 2048)",
     )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="CPU only: run the Linear layers in int8 (dynamic quantization; the speed-up depends on "
+        "the CPU's int8 support), after printing to stderr how close int8 comes to fp32 on the input's "
+        "first batch (embed: cosine of the vectors; predict, fill-mask: share of equal top-1 predictions)",
+    )
+
+
+def _fill_mask(p: argparse.ArgumentParser) -> Handler:
+    """the most likely tokens for the one <mask> in a text
+
+    Prints the --topk fillings of the single <mask> in TEXT (fairseq's fill_mask: the space before
+    <mask> belongs to the predicted token), one per line: probability, token, filled text.
+    """
     _hub_options(p)
     p.add_argument("text", help='text holding exactly one <mask>, e.g. "The capital of France is <mask>."')
     p.add_argument("--topk", type=int, default=5, help="how many fillings (default 5)")
@@ -237,120 +300,172 @@ def _fill_mask(subparsers) -> None:
         for filled, score, token in roberta.fill_mask(args.text, topk=args.topk):
             print(f"{score:.4f}\t{token!r}\t{filled}")
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _embed(subparsers) -> None:
-    p = subparsers.add_parser(
-        "embed",
-        help="one vector per line of a text file, into a .npy file",
-        description="Embeds each line of --input (row k of --out is line k+1) with the chosen layer and "
-        "pooling. Lines are read in chunks and sorted by length within a chunk, so files larger than "
-        "memory stream through; --out is written under a temporary name and renamed when complete.",
-    )
+def _embed(p: argparse.ArgumentParser) -> Handler:
+    """one vector per line of a text file, into a .npy file
+
+    Embeds each line of --input (row k of --out is line k+1) with the chosen layer and pooling.
+    Lines are read in chunks and sorted by length within a chunk, so files larger than memory stream
+    through; --out is written under a temporary name and renamed when complete.
+    """
     _hub_options(p)
-    _line_file_options(p, input_help="UTF-8 text file, one text per line", out_help=".npy file to write (float32, [lines, hidden])")
-    p.add_argument("--layer", type=int, default=-1, help="0 = embeddings, 1..L = layers, -1 = last (default -1)")
-    p.add_argument("--pool", choices=["cls", "mean"], default="cls", help="<s> vector or mean over tokens (default cls)")
+    _line_file_options(
+        p,
+        input_help="UTF-8 text file, one text per line",
+        out_help=".npy file to write (float32, [lines, hidden])",
+    )
+    p.add_argument(
+        "--layer", type=int, default=-1, help="0 = embeddings, 1..L = layers, -1 = last (default -1)"
+    )
+    p.add_argument(
+        "--pool", choices=["cls", "mean"], default="cls", help="<s> vector or mean over tokens (default cls)"
+    )
 
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import embed_file
 
-        rows = embed_file(_load_hub(args), args.input, args.out, layer=args.layer, pool=args.pool,
-                          truncate=args.truncate, progress=not args.no_progress, int8=args.int8)
-        print(f"{args.out}: {rows} vectors")
+        _run_line_file(args, embed_file, "vectors", layer=args.layer, pool=args.pool)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _predict(subparsers) -> None:
-    p = subparsers.add_parser(
-        "predict",
-        help="classify each row of a TSV file with a checkpoint's classification head",
-        description="Runs the classification head --head on the text (or text pair) of each row of --input. "
-        "--out gets a header and per row the predicted label index and each class's probability (a "
-        "one-output regression head: its score); written under a temporary name, then renamed.",
-    )
+def _predict(p: argparse.ArgumentParser) -> Handler:
+    """classify each row of a TSV file with a checkpoint's classification head
+
+    Runs the classification head --head on the text (or text pair) of each row of --input. --out
+    gets a header and per row the predicted label index and each class's probability (a one-output
+    regression head: its score); written under a temporary name, then renamed.
+    """
     _hub_options(p)
     p.add_argument("--head", help="classification head name (required without --task)")
-    p.add_argument("--task", metavar="T", help="a GLUE task: read --input as its test TSV and write the leaderboard "
-                   "file (index, label name; a score for STS-B) with the head named T, which must have T's "
-                   "number of outputs (no --head, --columns or --header with it)")
+    p.add_argument(
+        "--task",
+        metavar="T",
+        help="a GLUE task: read --input as its test TSV and write the leaderboard "
+        "file (index, label name; a score for STS-B) with the head named T, which must have T's "
+        "number of outputs (no --head, --columns or --header with it)",
+    )
     _line_file_options(p, input_help="TSV file (tab-separated, no quoting)", out_help="TSV file to write")
     # No default: with --task a --columns given is refused, not ignored.
-    p.add_argument("--columns",
-                   help="text column, or two for a pair: 0-based indices or header names, e.g. 0 or 1,2 or "
-                   "sentence1,sentence2 (names imply --header; default 0)")
+    p.add_argument(
+        "--columns",
+        help="text column, or two for a pair: 0-based indices or header names, e.g. 0 or 1,2 or "
+        "sentence1,sentence2 (names imply --header; default 0)",
+    )
     p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import predict_file
 
         if args.task:
-            from roberta.tasks.glue import get_task, predict_test_file
-
-            # The task fixes the head (named after it) and the columns (its test file's header).
-            given = [option for option, value in (("--head", args.head), ("--columns", args.columns),
-                                                  ("--header", args.header)) if value]
-            if given:
-                raise UserError(f"predict: {given[0]} means nothing with --task (it reads the task's test columns "
-                                f"with the head named {args.task!r})")
-            task = get_task(args.task)
-            print(f"{args.out}: {predict_test_file(_load_hub(args), task, args.input, args.out, args.int8)} predictions")
+            _predict_task(args)
             return
         if not args.head:
             raise UserError("predict: give --head (or --task for a GLUE test file)")
         columns = "0" if args.columns is None else args.columns
-        rows = predict_file(_load_hub(args), args.head, args.input, args.out, columns=columns,
-                            header=args.header, truncate=args.truncate, progress=not args.no_progress, int8=args.int8)
-        print(f"{args.out}: {rows} predictions")
+        _run_line_file(args, predict_file, "predictions", head=args.head, columns=columns, header=args.header)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _finetune(subparsers) -> None:
-    p = subparsers.add_parser(
-        "finetune",
-        help="fine-tune a checkpoint on a task: GLUE, your own classification data, SQuAD, RACE",
-        description="Fine-tunes with the same trainer as pretraining: dev evaluation, the best dev "
-        "checkpoint kept as RUN/best/, RUN/results.json, exact --resume. Job fields are overridden as "
-        "--section.key=value (e.g. --optim.lr=2e-5 --train.batch_size=32 --train.epochs=3).",
+def _predict_task(args: argparse.Namespace) -> None:
+    """`predict --task`: a GLUE test TSV into its leaderboard file."""
+    from roberta.tasks.glue import get_task, predict_test_file
+
+    # The task fixes the head (named after it) and the columns (its test file's header).
+    given = [
+        option
+        for option, value in (("--head", args.head), ("--columns", args.columns), ("--header", args.header))
+        if value
+    ]
+    if given:
+        raise UserError(
+            f"predict: {given[0]} means nothing with --task (it reads the task's test columns "
+            f"with the head named {args.task!r})"
+        )
+    task = get_task(args.task)
+    print(
+        f"{args.out}: {predict_test_file(_load_hub(args), task, args.input, args.out, args.int8)} predictions"
     )
-    tasks = p.add_subparsers(dest="task_family", metavar="TASK", required=True)
-    for add_task in FINETUNE_TASKS:
-        add_task(tasks)
 
 
-def _evaluate(subparsers) -> None:
-    p = subparsers.add_parser(
-        "evaluate",
-        help="score a predictions file with a benchmark's official metrics",
-        description="Prints one JSON object with the benchmark's official metrics for a predictions file.",
+def _run_line_file(args: argparse.Namespace, run_file: Callable[..., int], noun: str, **options) -> None:
+    """`embed` or `predict` on --input: the options `_hub_options` and `_line_file_options` declare,
+    then the count of rows written."""
+    rows = run_file(
+        _load_hub(args),
+        input=args.input,
+        out=args.out,
+        truncate=args.truncate,
+        progress=not args.no_progress,
+        int8=args.int8,
+        **options,
     )
-    tasks = p.add_subparsers(dest="task_family", metavar="TASK", required=True)
-    for add_task in EVALUATE_TASKS:
-        add_task(tasks)
+    print(f"{args.out}: {rows} {noun}")
+
+
+def _finetune(p: argparse.ArgumentParser) -> None:
+    """fine-tune a checkpoint on a task: GLUE, your own classification data, SQuAD, RACE
+
+    Fine-tunes with the same trainer as pretraining: dev evaluation, the best dev checkpoint kept as
+    RUN/best/, RUN/results.json, exact --resume. Job fields are overridden as --section.key=value
+    (e.g. --optim.lr=2e-5 --train.batch_size=32 --train.epochs=3).
+    """
+    _add_commands(p, "task_family", "TASK", FINETUNE_TASKS)
+
+
+def _evaluate(p: argparse.ArgumentParser) -> None:
+    """score a predictions file with a benchmark's official metrics
+
+    Prints one JSON object with the benchmark's official metrics for a predictions file.
+    """
+    _add_commands(p, "task_family", "TASK", EVALUATE_TASKS)
 
 
 def _finetune_options(p: argparse.ArgumentParser) -> None:
     """Options every `roberta finetune TASK` takes."""
-    p.add_argument("--init", required=True, help="checkpoint to start from: ours, an HF directory, or fairseq model.pt")
-    p.add_argument("--init-task", help="start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --init: its body, a new head")
-    p.add_argument("--out", required=True, help="run directory: checkpoints/, best/, metrics.jsonl, results.json")
+    p.add_argument(
+        "--init", required=True, help="checkpoint to start from: ours, an HF directory, or fairseq model.pt"
+    )
+    p.add_argument(
+        "--init-task",
+        help="start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --init: its body, "
+        "a new head",
+    )
+    p.add_argument(
+        "--out", required=True, help="run directory: checkpoints/, best/, metrics.jsonl, results.json"
+    )
     p.add_argument("--config", help="job TOML whose fields replace the task's defaults")
-    p.add_argument("--eval-every", type=int, help="evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)")
-    p.add_argument("--seeds", type=int, default=1, help="run N seeds (RUN/seedK) and report the median (default 1)")
-    p.add_argument("--sweep", action="store_true", help="the paper's grid: batch {16, 32} x LR {1e-5, 2e-5, 3e-5}")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its latest checkpoint (with --seeds/--sweep: every member; "
-                   "finished ones are reported as they are)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace what --out holds (removed only once the whole command has been checked)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=1, help="run N seeds (RUN/seedK) and report the median (default 1)"
+    )
+    p.add_argument(
+        "--sweep", action="store_true", help="the paper's grid: batch {16, 32} x LR {1e-5, 2e-5, 3e-5}"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its latest checkpoint (with --seeds/--sweep: every member; "
+        "finished ones are reported as they are)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what --out holds (removed only once the whole command has been checked)",
+    )
     p.set_defaults(overrides=[])
 
 
-def _run_finetune(args: argparse.Namespace, plan_task, lr: float, batch_size: int, epochs: float = 10,
-                  extra: tuple = ()) -> None:
+def _run_finetune(
+    args: argparse.Namespace, plan_task, lr: float, batch_size: int, epochs: float = 10, extra: tuple = ()
+) -> None:
     """The task's recipe (its LR, batch, epochs), the --config file and the overrides, then every
     member (one run, --seeds or --sweep) planned with `plan_task(job, model, tokenizer, source)`
     and run; prints the summary."""
@@ -362,21 +477,30 @@ def _run_finetune(args: argparse.Namespace, plan_task, lr: float, batch_size: in
         raise UserError(f"--eval-every must be at least 1, not {args.eval_every}")
     extra = [*extra, *([f"--train.eval_every={args.eval_every}"] if args.eval_every else [])]
     job = load_finetune_job(args.config, args.overrides, lr, batch_size, epochs, extra=extra)
-    summary = finetune(job, args.out, Start(args.init, args.init_task), plan_task, seeds=args.seeds, sweep=args.sweep,
-                       resume=args.resume, overwrite=args.overwrite)
+    summary = finetune(
+        job,
+        args.out,
+        Start(args.init, args.init_task),
+        plan_task,
+        seeds=args.seeds,
+        sweep=args.sweep,
+        resume=args.resume,
+        overwrite=args.overwrite,
+    )
     print(json.dumps(summary, indent=2))
 
 
-def _finetune_glue(tasks) -> None:
-    p = tasks.add_parser(
-        "glue",
-        help="a GLUE task from its standard TSV files, with the paper's recipe",
-        description="Reads DIR/train.tsv and the dev file(s) (MNLI: dev_matched.tsv and dev_mismatched.tsv) in "
-        "GLUE's layouts and fine-tunes with the paper's recipe for the task (LR, batch, 10 epochs, 6% warmup, "
-        "weight decay 0.1), evaluating on dev every epoch and keeping the best as RUN/best/.",
-    )
+def _finetune_glue(p: argparse.ArgumentParser) -> Handler:
+    """a GLUE task from its standard TSV files, with the paper's recipe
+
+    Reads DIR/train.tsv and the dev file(s) (MNLI: dev_matched.tsv and dev_mismatched.tsv) in GLUE's
+    layouts and fine-tunes with the paper's recipe for the task (LR, batch, 10 epochs, 6% warmup,
+    weight decay 0.1), evaluating on dev every epoch and keeping the best as RUN/best/.
+    """
     p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
-    p.add_argument("--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)")
+    p.add_argument(
+        "--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)"
+    )
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -390,29 +514,37 @@ def _finetune_glue(tasks) -> None:
 
         def plan(job, model, tokenizer, source):
             train = read_split(task, data / "train.tsv", labelled=True)
-            dev = {name: (read_split(task, data / file, labelled=True), data / file) for name, file in task.dev_sets}
-            return plan_sentences(sentence_task(task), train, data / "train.tsv", dev, job, model, tokenizer, source)
+            dev = {
+                name: (read_split(task, data / file, labelled=True), data / file)
+                for name, file in task.dev_sets
+            }
+            return plan_sentences(
+                sentence_task(task), train, data / "train.tsv", dev, job, model, tokenizer, source
+            )
 
         _run_finetune(args, plan, task.lr, task.batch_size)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _finetune_classify(tasks) -> None:
-    p = tasks.add_parser(
-        "classify",
-        help="your own sentence(-pair) classification or regression data (CSV, TSV, JSONL)",
-        description="Reads --train and --dev (CSV, TSV or JSONL by suffix; columns by header name or JSON key). "
-        "Labels may be strings: the label set is read from the training file and kept with the head, so "
-        "`roberta predict` prints label names. --regression trains one output with MSE.",
-    )
+def _finetune_classify(p: argparse.ArgumentParser) -> Handler:
+    """your own sentence(-pair) classification or regression data (CSV, TSV, JSONL)
+
+    Reads --train and --dev (CSV, TSV or JSONL by suffix; columns by header name or JSON key).
+    Labels may be strings: the label set is read from the training file and kept with the head, so
+    `roberta predict` prints label names. --regression trains one output with MSE.
+    """
     p.add_argument("--train", required=True, help="training file")
     p.add_argument("--dev", required=True, help="dev file (its labels must all occur in --train)")
     p.add_argument("--text-column", required=True, help="column of the text")
     p.add_argument("--pair-column", help="column of the second text of a pair")
     p.add_argument("--label-column", required=True, help="column of the label (a class name, or a number)")
-    p.add_argument("--regression", action="store_true", help="labels are numbers to predict (one output, MSE)")
-    p.add_argument("--head", default="classifier", help="name of the head in the checkpoint (default classifier)")
+    p.add_argument(
+        "--regression", action="store_true", help="labels are numbers to predict (one output, MSE)"
+    )
+    p.add_argument(
+        "--head", default="classifier", help="name of the head in the checkpoint (default classifier)"
+    )
     p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
     p.add_argument("--batch-size", type=int, default=16, help="examples per update (default 16)")
     _finetune_options(p)
@@ -420,114 +552,135 @@ def _finetune_classify(tasks) -> None:
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.classify import label_set, own_data_task, plan_sentences, read_labelled_file
 
-        columns = dict(text_column=args.text_column, pair_column=args.pair_column, label_column=args.label_column,
-                       regression=args.regression)
+        columns = dict(
+            text_column=args.text_column,
+            pair_column=args.pair_column,
+            label_column=args.label_column,
+            regression=args.regression,
+        )
 
         def plan(job, model, tokenizer, source):
             train = read_labelled_file(args.train, **columns)
             dev = read_labelled_file(args.dev, **columns)
             task = own_data_task(args.head, () if args.regression else label_set(train, args.train))
-            return plan_sentences(task, train, args.train, {"dev": (dev, args.dev)}, job, model, tokenizer, source)
+            return plan_sentences(
+                task, train, args.train, {"dev": (dev, args.dev)}, job, model, tokenizer, source
+            )
 
         _run_finetune(args, plan, args.lr, args.batch_size)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _finetune_squad(tasks) -> None:
-    p = tasks.add_parser(
-        "squad",
-        help="SQuAD v1.1 / v2.0 extractive QA from the official JSON files",
-        description="Fine-tunes a span head (v2.0: and an answerable classifier on <s>, losses summed) on windows "
-        "over the contexts with the paper's recipe (LR 1.5e-5, batch 48, 2 epochs, max length 384), keeps the "
-        "best dev F1 as RUN/best/ and writes its dev answers to RUN/predictions.json (v2.0: at the null "
-        "threshold best on dev, with RUN/null_odds.json).",
-    )
+def _finetune_squad(p: argparse.ArgumentParser) -> Handler:
+    """SQuAD v1.1 / v2.0 extractive QA from the official JSON files
+
+    Fine-tunes a span head (v2.0: and an answerable classifier on <s>, losses summed) on windows
+    over the contexts with the paper's recipe (LR 1.5e-5, batch 48, 2 epochs, max length 384), keeps
+    the best dev F1 as RUN/best/ and writes its dev answers to RUN/predictions.json (v2.0: at the
+    null threshold best on dev, with RUN/null_odds.json).
+    """
     p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the files")
-    p.add_argument("--train", required=True, metavar="FILE", help="official training JSON, e.g. train-v1.1.json")
+    p.add_argument(
+        "--train", required=True, metavar="FILE", help="official training JSON, e.g. train-v1.1.json"
+    )
     p.add_argument("--dev", required=True, metavar="FILE", help="official dev JSON, e.g. dev-v1.1.json")
-    p.add_argument("--stride", type=int, default=128, help="context tokens shared by consecutive windows (default 128)")
+    p.add_argument(
+        "--stride", type=int, default=128, help="context tokens shared by consecutive windows (default 128)"
+    )
     p.add_argument("--max-query", type=int, default=64, help="question tokens kept (default 64)")
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, SQUAD_MAX_LENGTH, plan_squad
+        from functools import partial
 
-        _run_finetune(args, lambda job, model, tokenizer, source: plan_squad(
-            args.version, args.train, args.dev, job, model, tokenizer, source, stride=args.stride,
-            max_query=args.max_query), SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
+        from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, plan_squad
+        from roberta.tasks.squad_data import SQUAD_MAX_LENGTH
 
-    p.set_defaults(handler=run)
+        files = (args.version, args.train, args.dev)
+        plan = partial(plan_squad, *files, stride=args.stride, max_query=args.max_query)
+        max_length = f"--data.max_length={SQUAD_MAX_LENGTH}"
+        _run_finetune(args, plan, SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (max_length,))
+
+    return run
 
 
-def _finetune_race(tasks) -> None:
-    p = tasks.add_parser(
-        "race",
-        help="RACE multiple-choice reading comprehension from its directories",
-        description="Reads DIR/train, DIR/dev and, if present, DIR/test (each with high/ and middle/ RACE files), "
-        "scores each (passage, question + option) on <s> and trains softmax over the 4 options with the "
-        "paper's recipe (LR 1e-5, batch 16, 4 epochs, max length 512); accuracy overall, middle and high on "
-        "dev and test, the best dev accuracy kept as RUN/best/.",
-    )
+def _finetune_race(p: argparse.ArgumentParser) -> Handler:
+    """RACE multiple-choice reading comprehension from its directories
+
+    Reads DIR/train, DIR/dev and, if present, DIR/test (each with high/ and middle/ RACE files),
+    scores each (passage, question + option) on <s> and trains softmax over the 4 options with the
+    paper's recipe (LR 1e-5, batch 16, 4 epochs, max length 512); accuracy overall, middle and high
+    on dev and test, the best dev accuracy kept as RUN/best/.
+    """
     p.add_argument("--data", required=True, metavar="DIR", help="RACE directory: train/ dev/ [test/]")
     p.add_argument("--max-qa", type=int, default=128, help="question + option tokens kept (default 128)")
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
+        from functools import partial
+
         from roberta.tasks.race import RACE_BATCH, RACE_EPOCHS, RACE_LR, plan_race
 
-        _run_finetune(args, lambda job, model, tokenizer, source: plan_race(args.data, args.max_qa, job, model, tokenizer, source),
-                      RACE_LR, RACE_BATCH, RACE_EPOCHS)
+        _run_finetune(args, partial(plan_race, args.data, args.max_qa), RACE_LR, RACE_BATCH, RACE_EPOCHS)
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _evaluate_glue(tasks) -> None:
-    p = tasks.add_parser(
-        "glue",
-        help="score a GLUE predictions TSV against a labelled dev file",
-        description="Matches the rows of --predictions (the GLUE server's TSV: a header, then "
-        "index<TAB>prediction, the label name as in the data files or a score for STS-B) to --dev by "
-        "index and prints the task's official metrics as one JSON object: accuracy; F1 and accuracy "
-        "for MRPC and QQP; Matthews correlation (mcc) for CoLA; Pearson and Spearman for STS-B. A correlation "
-        "that is undefined (every prediction, or every label, the same) is null, with a warning; MCC of constant "
-        "predictions and F1 with no positive class anywhere are 0, as scikit-learn has them.",
-    )
+def _evaluate_glue(p: argparse.ArgumentParser) -> Handler:
+    """score a GLUE predictions TSV against a labelled dev file
+
+    Matches the rows of --predictions (the GLUE server's TSV: a header, then index<TAB>prediction,
+    the label name as in the data files or a score for STS-B) to --dev by index and prints the
+    task's official metrics as one JSON object: accuracy; F1 and accuracy for MRPC and QQP; Matthews
+    correlation (mcc) for CoLA; Pearson and Spearman for STS-B. A correlation that is undefined
+    (every prediction, or every label, the same) is null, with a warning; MCC of constant
+    predictions and F1 with no positive class anywhere are 0, as scikit-learn has them.
+    """
     # Checked by the handler, so that building the parser imports no task module.
     p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
-    p.add_argument("--dev", required=True, metavar="FILE", help="labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv")
-    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index")
+    p.add_argument(
+        "--dev",
+        required=True,
+        metavar="FILE",
+        help="labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv",
+    )
+    p.add_argument(
+        "--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index"
+    )
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.glue import evaluate_predictions, get_task
 
         _print_figures(evaluate_predictions(get_task(args.task), args.dev, args.predictions))
 
-    p.set_defaults(handler=run)
+    return run
 
 
-def _evaluate_squad(tasks) -> None:
-    p = tasks.add_parser(
-        "squad",
-        help="score SQuAD v1.1/v2.0 predictions with the official metrics",
-        description="Scores --predictions (the official format: a JSON object {question id: answer text}, "
-        "\"\" for no answer) against the official --dev JSON exactly as the official v1.1 / v2.0 "
-        "evaluation scripts do, and prints one JSON object of percentages: exact_match, f1, total, "
-        "missing (questions without a prediction, scored 0); for v2.0 also HasAns_*/NoAns_* and, with "
-        "--null-odds, best_exact/best_f1 and the thresholds that reach them.",
-    )
+def _evaluate_squad(p: argparse.ArgumentParser) -> Handler:
+    """score SQuAD v1.1/v2.0 predictions with the official metrics
+
+    Scores --predictions (the official format: a JSON object {question id: answer text}, "" for no
+    answer) against the official --dev JSON exactly as the official v1.1 / v2.0 evaluation scripts
+    do, and prints one JSON object of percentages: exact_match, f1, total, missing (questions
+    without a prediction, scored 0); for v2.0 also HasAns_*/NoAns_* and, with --null-odds,
+    best_exact/best_f1 and the thresholds that reach them.
+    """
     p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the dev file")
     p.add_argument("--dev", required=True, metavar="FILE", help="official dataset JSON, e.g. dev-v2.0.json")
     p.add_argument("--predictions", required=True, metavar="FILE", help="predictions JSON {id: text}")
-    p.add_argument("--null-odds", metavar="FILE",
-                   help="v2.0 only: JSON {id: null score - best span score}, as the official --na-prob-file")
+    p.add_argument(
+        "--null-odds",
+        metavar="FILE",
+        help="v2.0 only: JSON {id: null score - best span score}, as the official --na-prob-file",
+    )
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.squad import evaluate_squad
+        from roberta.tasks.squad_data import evaluate_squad
 
         _print_figures(evaluate_squad(args.dev, args.predictions, args.version, args.null_odds))
 
-    p.set_defaults(handler=run)
+    return run
 
 
 def _print_figures(figures: dict) -> None:
@@ -541,9 +694,38 @@ def _print_figures(figures: dict) -> None:
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 # `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
-FINETUNE_TASKS: list = [_finetune_glue, _finetune_classify, _finetune_squad, _finetune_race]
-EVALUATE_TASKS: list = [_evaluate_glue, _evaluate_squad]
-VERBS = [_demo, _train_tokenizer, _prepare, _convert, _pretrain, _finetune, _evaluate, _fill_mask, _embed, _predict]
+# A command is a function that declares its options on the parser it is given and returns the
+# function that runs it (None for a group of subcommands); its docstring is its --help: the first
+# line the summary in the list of commands, the rest the description.
+FINETUNE_TASKS = {
+    "glue": _finetune_glue,
+    "classify": _finetune_classify,
+    "squad": _finetune_squad,
+    "race": _finetune_race,
+}
+EVALUATE_TASKS = {"glue": _evaluate_glue, "squad": _evaluate_squad}
+VERBS = {
+    "demo": _demo,
+    "train-tokenizer": _train_tokenizer,
+    "prepare": _prepare,
+    "convert": _convert,
+    "pretrain": _pretrain,
+    "finetune": _finetune,
+    "evaluate": _evaluate,
+    "fill-mask": _fill_mask,
+    "embed": _embed,
+    "predict": _predict,
+}
+
+
+def _add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str, commands: dict) -> None:
+    subparsers = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
+    for name, declare in commands.items():
+        summary, _, description = inspect.cleandoc(declare.__doc__).partition("\n\n")
+        p = subparsers.add_parser(name, help=summary, description=" ".join(description.split()))
+        handler = declare(p)
+        if handler is not None:
+            p.set_defaults(handler=handler)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -556,12 +738,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="roberta",
-        description="RoBERTa pretraining, fine-tuning, conversion and inference.",
+        prog="roberta", description="RoBERTa pretraining, fine-tuning, conversion and inference."
     )
-    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for add_verb in VERBS:
-        add_verb(subparsers)
+    _add_commands(parser, "verb", "VERB", VERBS)
     return parser
 
 

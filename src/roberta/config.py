@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from roberta.errors import UserError
 from roberta.io import read_json
+from roberta.validation import check_value
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,22 @@ class RobertaConfig:
     classifier_dropout: float = 0.1
     layer_norm_eps: float = 1e-5
     init_std: float = 0.02
+
+    RANGES: ClassVar = {
+        "vocab_size": ">=1",
+        "hidden_size": ">=1",
+        "num_layers": ">=1",
+        "num_heads": ">=1",
+        "ffn_size": ">=1",
+        "max_positions": ">=1",
+        "padding_idx": ">=0",
+        "layer_norm_eps": ">0",
+        "init_std": ">0",
+        "dropout": "[0,1)",
+        "attention_dropout": "[0,1)",
+        "activation_dropout": "[0,1)",
+        "classifier_dropout": "[0,1)",
+    }
 
     def __post_init__(self) -> None:
         check_values(dataclasses.asdict(self), "config")
@@ -65,32 +82,25 @@ class RobertaConfig:
 
 
 def check_values(values: dict, source: str) -> None:
-    """Every field of the right type and in range, else a UserError naming the field and value.
-
-    A bool is refused where an int is wanted (JSON `true` would pass as 1), and so is a float
-    with an integer value: a config that says 12.0 layers was not written for this model.
-    """
+    """Every field of its type and within `RobertaConfig.RANGES` (`roberta.validation`), and the
+    fields consistent with each other; else a UserError naming `source` and the field."""
     for field in dataclasses.fields(RobertaConfig):
-        name, value = field.name, values[field.name]
-        if field.type == "int":
-            if type(value) is not int:
-                raise UserError(f"{source}: field {name!r} must be an integer, not {value!r}")
-            smallest = 0 if name == "padding_idx" else 1
-            if value < smallest:
-                raise UserError(f"{source}: field {name!r} must be at least {smallest}, not {value}")
-        elif type(value) not in (int, float) or not math.isfinite(value):
-            raise UserError(f"{source}: field {name!r} must be a finite number, not {value!r}")
-        elif name.endswith("dropout"):
-            if not 0.0 <= value < 1.0:
-                raise UserError(f"{source}: field {name!r} must be in [0, 1), not {value}")
-        elif value <= 0:
-            raise UserError(f"{source}: field {name!r} must be positive, not {value}")
+        check_value(RobertaConfig, field.name, values[field.name], source)
     if values["hidden_size"] % values["num_heads"]:
-        raise UserError(f"{source}: hidden_size {values['hidden_size']} is not divisible by num_heads {values['num_heads']}")
+        raise UserError(
+            f"{source}: hidden_size {values['hidden_size']} is not divisible by num_heads "
+            f"{values['num_heads']}"
+        )
     if values["max_positions"] <= values["padding_idx"] + 1:
-        raise UserError(f"{source}: max_positions {values['max_positions']} leaves no room after padding_idx {values['padding_idx']}")
+        raise UserError(
+            f"{source}: max_positions {values['max_positions']} leaves no room after padding_idx "
+            f"{values['padding_idx']}"
+        )
     if values["padding_idx"] >= values["vocab_size"]:
-        raise UserError(f"{source}: padding_idx {values['padding_idx']} is not an id of the {values['vocab_size']}-token vocabulary")
+        raise UserError(
+            f"{source}: padding_idx {values['padding_idx']} is not an id of the "
+            f"{values['vocab_size']}-token vocabulary"
+        )
 
 
 PRESETS: dict[str, RobertaConfig] = {

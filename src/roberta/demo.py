@@ -23,9 +23,22 @@ import shutil
 import sysconfig
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from roberta.train.config import JobConfig
 
 # Source trees that are tests, tools or vendored code rather than library documentation.
-SKIPPED_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo", "ensurepip", "__pycache__"}
+SKIPPED_DIRS = {
+    "site-packages",
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "turtledemo",
+    "ensurepip",
+    "__pycache__",
+}
 # The CPU recipe (benchmarks/experiments/recipe-search.md); the demo adds only what is
 # about its own run: where it evaluates and checkpoints.
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "pretrain-cpu-20min.toml"
@@ -89,17 +102,44 @@ def unigram_baseline(corpus: Path, tokenizer: Path) -> tuple[str, float]:
     return load_tokenizer(tokenizer).decode([top]).strip(), share
 
 
-def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int | None = None, config: str | Path = RECIPE) -> None:
+def _demo_job(config: str | Path, steps: int | None, seed: int) -> JobConfig:
+    """The recipe's job, `steps` long (the recipe's own length if None): three evaluations, one
+    checkpoint at the end."""
+    from roberta.tasks.pretrain import load_pretrain_job
+
+    job = load_pretrain_job(config, [f"--train.max_steps={steps}"] if steps is not None else [])
+    steps = job.train.max_steps
+    return load_pretrain_job(
+        config,
+        [
+            f"--train.max_steps={steps}",
+            f"--train.eval_every={-(-steps // 3)}",
+            f"--train.checkpoint_every={steps}",
+            "--train.eval_batches=20",
+            "--train.keep_last=1",
+            f"--train.seed={seed}",
+        ],
+    )
+
+
+def run_demo(
+    seed: int = 0, out: str | Path = "demo-run", steps: int | None = None, config: str | Path = RECIPE
+) -> None:
     """The five stages; `steps` shortens the recipe (its schedule is scaled to fit)."""
     from roberta.data.prepare import prepare
     from roberta.hub import load
-    from roberta.tasks.pretrain import load_pretrain_job, pretrain
+    from roberta.tasks.pretrain import pretrain
     from roberta.tokenizer import train_tokenizer
 
     started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    text, tokenizer, corpus, run = out / "stdlib-docstrings.txt", out / "tokenizer", out / "corpus", out / "run"
+    text, tokenizer, corpus, run = (
+        out / "stdlib-docstrings.txt",
+        out / "tokenizer",
+        out / "corpus",
+        out / "run",
+    )
 
     print(f"[1/5] corpus: docstrings of the Python standard library -> {text}")
     size = write_corpus(text)
@@ -110,15 +150,13 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int | None = No
     print(f"[3/5] prepare (binarize, hold out 2% of modules) -> {corpus}")
     prepare([text], tokenizer, corpus, workers=2, valid_fraction=0.02, seed=seed, overwrite=True)
 
-    job = load_pretrain_job(config, [f"--train.max_steps={steps}"] if steps is not None else [])
+    job = _demo_job(config, steps, seed)
     steps = job.train.max_steps
-    job = load_pretrain_job(config, [
-        f"--train.max_steps={steps}", f"--train.eval_every={-(-steps // 3)}", f"--train.checkpoint_every={steps}",
-        "--train.eval_batches=20", "--train.keep_last=1", f"--train.seed={seed}",
-    ])
     m = job.model
-    print(f"[4/5] pretrain: {Path(config).name} ({m.num_layers} x {m.hidden_size}, seq {job.data.seq_len}, "
-          f"batch {job.train.batch_size}, {job.data.mask_prob:.0%} masked), {steps} steps -> {run}")
+    print(
+        f"[4/5] pretrain: {Path(config).name} ({m.num_layers} x {m.hidden_size}, seq {job.data.seq_len}, "
+        f"batch {job.train.batch_size}, {job.data.mask_prob:.0%} masked), {steps} steps -> {run}"
+    )
     shutil.rmtree(run, ignore_errors=True)
     result = pretrain(job, corpus, run, tokenizer=tokenizer)
     figures = ", ".join(f"{k} {v:.3g}" for k, v in result.valid.items())
@@ -129,7 +167,9 @@ def run_demo(seed: int = 0, out: str | Path = "demo-run", steps: int | None = No
     print("[5/5] fill-mask with the trained model (top 3):")
     roberta = load(result.checkpoint)
     for sentence in SENTENCES:
-        guesses = ", ".join(f"{token.strip()!r} {score:.2f}" for _, score, token in roberta.fill_mask(sentence, topk=3))
+        guesses = ", ".join(
+            f"{token.strip()!r} {score:.2f}" for _, score, token in roberta.fill_mask(sentence, topk=3)
+        )
         print(f"      {sentence:<56} {guesses}")
     print(f"\ncurves:     {run / 'curves.png'}")
     print(f"checkpoint: {result.checkpoint}")

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from roberta.batching import length_batches, pad
 from roberta.checkpoint import check_vocabulary, require_lm_head
 from roberta.errors import UserError
 from roberta.model import RobertaModel
@@ -30,8 +31,8 @@ from roberta.tokenizer import Tokenizer
 MASK = "<mask>"
 POOLS = ("cls", "mean")
 # Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark
-# (benchmarks/experiments/batch-tokens.md). Smaller budgets make smaller matrix products; larger ones span wider length
-# ranges per batch, so they pad more.
+# (benchmarks/experiments/batch-tokens.md). Smaller budgets make smaller matrix products; larger
+# ones span wider length ranges per batch, so they pad more.
 DEFAULT_BATCH_TOKENS = 2048
 
 TokenSeqs = Sequence[torch.Tensor | Sequence[int]]
@@ -45,32 +46,6 @@ class TooLongError(UserError):
         self.index = index
 
 
-def length_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
-    """Indices grouped by length so that each batch pads to at most `batch_tokens` tokens.
-
-    Longest first, so a batch too big for memory fails at once rather than at the end. A
-    sequence longer than `batch_tokens` gets a batch of its own.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        # Sorted descending: the batch's first sequence is its longest, the padded width.
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= batch_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
-
-
-def pad_batch(seqs: TokenSeqs, pad_id: int) -> torch.Tensor:
-    """Right-pad 1-D id sequences into a [B, T] LongTensor (fairseq's `collate_tokens`)."""
-    seqs = [torch.as_tensor(s, dtype=torch.long) for s in seqs]
-    tokens = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
-    for row, s in enumerate(seqs):
-        tokens[row, : len(s)] = s
-    return tokens
-
-
 class Roberta(nn.Module):
     """A model and its tokenizer behind fairseq's `RobertaHubInterface` calls."""
 
@@ -81,8 +56,12 @@ class Roberta(nn.Module):
         self.batch_tokens = batch_tokens
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, checkpoint_file: str = "model.pt",
-                        map_location: str | torch.device = "cpu") -> Roberta:
+    def from_pretrained(
+        cls,
+        model_dir: str | Path,
+        checkpoint_file: str = "model.pt",
+        map_location: str | torch.device = "cpu",
+    ) -> Roberta:
         """fairseq's signature. `checkpoint_file` picks the `.pt` of a fairseq directory; our and
         HF directories hold one model, so for them (no such file) it is ignored."""
         chosen = checkpoint_file if (Path(model_dir) / checkpoint_file).is_file() else None
@@ -117,7 +96,9 @@ class Roberta(nn.Module):
 
     # ---- text <-> ids
 
-    def encode(self, sentence: str, *pairs: str, no_separator: bool = False, truncate: bool = False) -> torch.Tensor:
+    def encode(
+        self, sentence: str, *pairs: str, no_separator: bool = False, truncate: bool = False
+    ) -> torch.Tensor:
         """`<s> a </s>`, and `</s> b </s>` for each pair (one `</s>` less with `no_separator`).
 
         Longer than the model's positions: a UserError, or with `truncate` a warning and the
@@ -126,18 +107,30 @@ class Roberta(nn.Module):
         ids = self.tokenizer.encode(sentence, *pairs, no_separator=no_separator)
         if len(ids) > self.max_seq_len:
             self._refuse_or_warn(len(ids), 0, truncate, 1)
-            ids = self.tokenizer.encode(sentence, *pairs, no_separator=no_separator, max_length=self.max_seq_len)
+            ids = self.tokenizer.encode(
+                sentence, *pairs, no_separator=no_separator, max_length=self.max_seq_len
+            )
         return torch.tensor(ids, dtype=torch.long)
 
-    def encode_batch(self, sentences: Sequence[str], pairs: Sequence[str] | None = None, *,
-                     no_separator: bool = False, truncate: bool = False) -> list[torch.Tensor]:
+    def encode_batch(
+        self,
+        sentences: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        *,
+        no_separator: bool = False,
+        truncate: bool = False,
+    ) -> list[torch.Tensor]:
         """`encode(s)` (or `encode(s, pair)`) for each sentence, tokenized together on all cores."""
         ids = self.tokenizer.encode_batch(sentences, pairs, no_separator=no_separator)
         long = [i for i, seq in enumerate(ids) if len(seq) > self.max_seq_len]
         if long:
             self._refuse_or_warn(len(ids[long[0]]), long[0], truncate, len(long))
-            cut = self.tokenizer.encode_batch([sentences[i] for i in long], None if pairs is None else [pairs[i] for i in long],
-                                              no_separator=no_separator, max_length=self.max_seq_len)
+            cut = self.tokenizer.encode_batch(
+                [sentences[i] for i in long],
+                None if pairs is None else [pairs[i] for i in long],
+                no_separator=no_separator,
+                max_length=self.max_seq_len,
+            )
             for i, seq in zip(long, cut):
                 ids[i] = seq
         return [torch.tensor(seq, dtype=torch.long) for seq in ids]
@@ -146,7 +139,9 @@ class Roberta(nn.Module):
         if not truncate:
             raise TooLongError(
                 f"text of {length} tokens is longer than the model's {self.max_seq_len} positions "
-                f"(truncate=True / --truncate cuts it)", index)
+                f"(truncate=True / --truncate cuts it)",
+                index,
+            )
         warnings.warn(f"truncated {count} text(s) to the model's {self.max_seq_len} positions", stacklevel=3)
 
     def decode(self, tokens: torch.Tensor) -> str | list[str]:
@@ -193,11 +188,19 @@ class Roberta(nn.Module):
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
             last = layer in (-1, layers - 1)
-            out = self.model(batch, return_all_hiddens=not last, select="first" if last and pool == "cls" else None, unpad=True)
+            out = self.model(
+                batch,
+                return_all_hiddens=not last,
+                select="first" if last and pool == "cls" else None,
+                unpad=True,
+            )
             hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
             if pool == "cls":
                 return list(hidden[:, 0])
-            real = torch.arange(batch.size(1), device=batch.device)[None, :] < torch.tensor(lengths, device=batch.device)[:, None]
+            real = (
+                torch.arange(batch.size(1), device=batch.device)[None, :]
+                < torch.tensor(lengths, device=batch.device)[:, None]
+            )
             summed = (hidden * real[..., None]).sum(dim=1)
             return list(summed / real.sum(dim=1, keepdim=True))
 
@@ -207,7 +210,10 @@ class Roberta(nn.Module):
         """`embed`'s options, checked on their own: a file is refused before anything is read or drawn."""
         layers = self.model.config.num_layers + 1
         if type(layer) is not int or not -layers <= layer < layers:
-            raise UserError(f"layer {layer!r} out of range: the model has {layers} (embeddings + {layers - 1} layers), -{layers}..{layers - 1}")
+            raise UserError(
+                f"layer {layer!r} out of range: the model has {layers} (embeddings + {layers - 1} layers), "
+                f"-{layers}..{layers - 1}"
+            )
         if pool not in POOLS:
             raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
 
@@ -225,7 +231,9 @@ class Roberta(nn.Module):
         # A new module starts in train mode; in an eval-mode hub its dropout would make predictions random.
         self.model.heads[name].train(self.training)
 
-    def predict(self, head: str, tokens: torch.Tensor | TokenSeqs, return_logits: bool = False) -> torch.Tensor:
+    def predict(
+        self, head: str, tokens: torch.Tensor | TokenSeqs, return_logits: bool = False
+    ) -> torch.Tensor:
         """Log-probabilities [B, C] of the classification head `head` (its logits with `return_logits`)."""
         self.head(head, "classification")
 
@@ -241,8 +249,9 @@ class Roberta(nn.Module):
             logits = torch.stack(self._batched(tokens, lambda batch, _: list(run(batch))))
         return logits if return_logits else F.log_softmax(logits, dim=-1)
 
-    def answer(self, question: str | Sequence[str], context: str | Sequence[str], topk: int = 1,
-               name: str = "squad") -> list:
+    def answer(
+        self, question: str | Sequence[str], context: str | Sequence[str], topk: int = 1, name: str = "squad"
+    ) -> list:
         """Extractive QA with the span head `name`: up to `topk` spans [(text, score, char_start)]
         of `context`, best first, decoded as SQuAD dev is.
 
@@ -250,23 +259,31 @@ class Roberta(nn.Module):
         each: against a list of as many contexts, or all against one context string. A question
         must hold text and a context must not be empty (UserError naming the argument); a context
         of only whitespace has no span ([]). Contexts are read in overlapping windows sized to the
-        model's positions (`squad.answer_windows`); a question is cut to the window's share.
+        model's positions (`squad_data.answer_windows`); a question is cut to the window's share.
         """
-        from roberta.tasks.squad import SquadExample, SquadTask, answer_windows, make_windows, predict_windows
+        from roberta.tasks.squad_data import SquadExample, answer_windows, make_windows, predict_windows
 
         questions, contexts = _question_context_pairs(question, context)
         if type(topk) is not int or topk < 1:
             raise UserError(f"topk {topk!r} out of range: give 1 or more")
         self.head(name, "span")
         max_length, stride, max_query = answer_windows(self.max_seq_len)
-        examples = [SquadExample(str(i), q, c, ()) for i, (q, c) in enumerate(zip(questions, contexts)) if c.strip()]
+        examples = [
+            SquadExample(str(i), q, c, ()) for i, (q, c) in enumerate(zip(questions, contexts)) if c.strip()
+        ]
         nbest = {}
         if examples:
-            windows = make_windows(self.tokenizer, examples, max_length, stride, max_query, train=False).windows
+            windows = make_windows(
+                self.tokenizer, examples, max_length, stride, max_query, train=False
+            ).windows
             # Decoding's usual 20 candidates (HF's n_best_size), more when more spans are asked for.
-            nbest = predict_windows(self.model, SquadTask("1.1", name), examples, windows, self.tokenizer.pad_id,
-                                    n_best=max(topk, 20)).nbest
-        answers = [[(s.text, s.score, s.char_start) for s in nbest.get(str(i), [])[:topk]] for i in range(len(questions))]
+            nbest = predict_windows(
+                self.model, name, "1.1", examples, windows, self.tokenizer.pad_id, n_best=max(topk, 20)
+            ).nbest
+        answers = [
+            [(s.text, s.score, s.char_start) for s in nbest.get(str(i), [])[:topk]]
+            for i in range(len(questions))
+        ]
         return answers[0] if isinstance(question, str) else answers
 
     def fill_mask(self, masked_input: str | Sequence[str], topk: int = 5):
@@ -284,8 +301,10 @@ class Roberta(nn.Module):
         vocab = self.model.config.vocab_size
         if self.tokenizer.vocab_size != vocab:
             # The LM would rank ids the tokenizer cannot spell, or never predict some it can.
-            raise UserError(f"the tokenizer has {self.tokenizer.vocab_size} tokens but the model's output layer "
-                            f"{vocab}: they were not trained together")
+            raise UserError(
+                f"the tokenizer has {self.tokenizer.vocab_size} tokens but the model's output layer "
+                f"{vocab}: they were not trained together"
+            )
         if type(topk) is not int or not 1 <= topk <= vocab:
             raise UserError(f"topk {topk!r} out of range: give 1..{vocab} (the model's vocabulary size)")
         texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
@@ -303,8 +322,12 @@ class Roberta(nn.Module):
         [V] for a text, [N, V] for a list of texts (batched by length, in input order)."""
         require_lm_head(self.model, "mask_logits")
         texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
-        logits = torch.stack(self._batched([self._encode_masked(text) for text in texts],
-                                           lambda batch, _: list(self._logits_at_mask(batch))))
+        logits = torch.stack(
+            self._batched(
+                [self._encode_masked(text) for text in texts],
+                lambda batch, _: list(self._logits_at_mask(batch)),
+            )
+        )
         return logits[0] if isinstance(masked_input, str) else logits
 
     def _logits_at_mask(self, batch: torch.Tensor) -> torch.Tensor:
@@ -319,9 +342,18 @@ class Roberta(nn.Module):
             raise UserError(f"fill_mask needs exactly one {MASK} in the text, found {count}: {text!r}")
         before, after = text.split(MASK)
         t = self.tokenizer
-        ids = [t.bos_id, *t.tokenize_ids(before.rstrip()), t.mask_id, *t.tokenize_ids(after.rstrip()), t.eos_id]
+        ids = [
+            t.bos_id,
+            *t.tokenize_ids(before.rstrip()),
+            t.mask_id,
+            *t.tokenize_ids(after.rstrip()),
+            t.eos_id,
+        ]
         if len(ids) > self.max_seq_len:
-            raise UserError(f"fill_mask text of {len(ids)} tokens is longer than the model's {self.max_seq_len} positions: {text[:60]!r}...")
+            raise UserError(
+                f"fill_mask text of {len(ids)} tokens is longer than the model's {self.max_seq_len} "
+                f"positions: {text[:60]!r}..."
+            )
         return torch.tensor(ids, dtype=torch.long)
 
     def _fillings(self, text: str, scores: list[float], ids: list[int]) -> list[tuple[str, float, str]]:
@@ -340,13 +372,16 @@ class Roberta(nn.Module):
 
     def _as_batch(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.dim() not in (1, 2):
-            raise UserError(f"token ids must be a 1-D sequence or a 2-D [batch, length] tensor, not {tokens.dim()}-D "
-                            f"(shape {list(tokens.shape)})")
+            raise UserError(
+                f"token ids must be a 1-D sequence or a 2-D [batch, length] tensor, not {tokens.dim()}-D "
+                f"(shape {list(tokens.shape)})"
+            )
         self._check_ids(tokens)
         return (tokens.unsqueeze(0) if tokens.dim() == 1 else tokens).to(self.device)
 
     def _check_ids(self, tokens: torch.Tensor, index: int | None = None) -> None:
-        """Integer ids inside the model's vocabulary, else a UserError (not an IndexError from the embedding)."""
+        """Integer ids inside the model's vocabulary, else a UserError (not an IndexError from the
+        embedding)."""
         where = "" if index is None else f"input {index}: "
         if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise UserError(f"{where}token ids must be integers, not {tokens.dtype}")
@@ -355,19 +390,29 @@ class Roberta(nn.Module):
         vocab = self.model.config.vocab_size
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab:
-            raise UserError(f"{where}token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} (0..{vocab - 1})")
+            raise UserError(
+                f"{where}token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} "
+                f"(0..{vocab - 1})"
+            )
 
     def _as_sequence(self, seq, index: int) -> torch.Tensor:
         if isinstance(seq, (str, bytes)):
-            raise UserError(f"input {index}: token ids expected, got text {seq[:40]!r} (encode it first: roberta.encode)")
+            raise UserError(
+                f"input {index}: token ids expected, got text {seq[:40]!r} (encode it first: roberta.encode)"
+            )
         try:
             tensor = torch.as_tensor(seq)
         except (TypeError, ValueError, RuntimeError):
             raise UserError(f"input {index}: not a sequence of token ids: {str(seq)[:60]!r}") from None
         if tensor.dim() == 0:
-            raise UserError(f"input {index}: a single id {seq!r}, not a sequence (the ids of one text: a tensor, or [ids])")
+            raise UserError(
+                f"input {index}: a single id {seq!r}, not a sequence (the ids of one text: a tensor, or "
+                "[ids])"
+            )
         if tensor.dim() != 1:
-            raise UserError(f"input {index}: each sequence in a list must be 1-D, not shape {list(tensor.shape)}")
+            raise UserError(
+                f"input {index}: each sequence in a list must be 1-D, not shape {list(tensor.shape)}"
+            )
         self._check_ids(tensor, index)
         return tensor.long()
 
@@ -376,7 +421,9 @@ class Roberta(nn.Module):
         if isinstance(seqs, (str, bytes)):
             raise UserError(f"token ids expected, got text {seqs[:40]!r} (encode it first: roberta.encode)")
         if not isinstance(seqs, (Sequence, np.ndarray)):
-            raise UserError(f"token ids expected: a tensor or a list of 1-D id sequences, not {type(seqs).__name__}")
+            raise UserError(
+                f"token ids expected: a tensor or a list of 1-D id sequences, not {type(seqs).__name__}"
+            )
         if len(seqs) == 0:
             raise UserError("an empty list of inputs")
         seqs = [self._as_sequence(seq, i) for i, seq in enumerate(seqs)]
@@ -384,7 +431,7 @@ class Roberta(nn.Module):
         results: list = [None] * len(seqs)
         with self._mode():
             for batch in length_batches(lengths, self.batch_tokens):
-                padded = pad_batch([seqs[i] for i in batch], self.tokenizer.pad_id).to(self.device)
+                padded = pad([seqs[i] for i in batch], self.tokenizer.pad_id).to(self.device)
                 for i, result in zip(batch, run(padded, [lengths[i] for i in batch])):
                     results[i] = result
         return results
@@ -395,8 +442,10 @@ def _question_context_pairs(question, context) -> tuple[list[str], list[str]]:
     argument (and the item): a string is one text, never a sequence of one-character texts."""
     if isinstance(question, str):
         if not isinstance(context, str):
-            raise UserError(f"context: one question takes one context string, not {type(context).__name__} "
-                            f"(for several contexts give a list of as many questions)")
+            raise UserError(
+                f"context: one question takes one context string, not {type(context).__name__} "
+                f"(for several contexts give a list of as many questions)"
+            )
         return [_text("question", question)], [_text("context", context, blank=True)]
     if not isinstance(question, (list, tuple)):
         raise UserError(f"question: expected a string or a list of strings, got {type(question).__name__}")
@@ -408,8 +457,10 @@ def _question_context_pairs(question, context) -> tuple[list[str], list[str]]:
     if not isinstance(context, (list, tuple)):
         raise UserError(f"context: expected a string or a list of strings, got {type(context).__name__}")
     if len(context) != len(questions):
-        raise UserError(f"context: {len(context)} contexts for {len(questions)} questions (give one per question, "
-                        f"or one string for all)")
+        raise UserError(
+            f"context: {len(context)} contexts for {len(questions)} questions (give one per question, "
+            f"or one string for all)"
+        )
     return questions, [_text(f"context[{i}]", c, blank=True) for i, c in enumerate(context)]
 
 
@@ -422,7 +473,9 @@ def _text(argument: str, value, blank: bool = False) -> str:
     return value
 
 
-def load(path: str | Path, checkpoint_file: str | None = None, map_location: str | torch.device = "cpu") -> Roberta:
+def load(
+    path: str | Path, checkpoint_file: str | None = None, map_location: str | torch.device = "cpu"
+) -> Roberta:
     """Our checkpoint directory, an HF directory, or a fairseq directory / `.pt` file, in eval mode.
 
     `checkpoint_file` names the `.pt` inside a fairseq directory (default: its model.pt).
@@ -437,7 +490,10 @@ def load(path: str | Path, checkpoint_file: str | None = None, map_location: str
     map_location = check_device(map_location)
     model, tokenizer = load_any(path, map_location)
     if tokenizer is None:
-        raise UserError(f"{path}: no tokenizer files beside the weights (vocab.json + merges.txt, tokenizer.json, encoder.json + vocab.bpe + dict.txt, or a dict.txt of symbols)")
+        raise UserError(
+            f"{path}: no tokenizer files beside the weights (vocab.json + merges.txt, tokenizer.json, "
+            "encoder.json + vocab.bpe + dict.txt, or a dict.txt of symbols)"
+        )
     # Our format checks this on read; HF and fairseq directories are checked here, the same way.
     check_vocabulary(tokenizer, model.config, str(path))
     return Roberta(model, tokenizer).eval()

@@ -72,8 +72,17 @@ class _Progress:
             self.bar.close()
 
 
-def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int = -1, pool: str = "cls",
-               truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True, int8: bool = False) -> int:
+def embed_file(
+    roberta: Roberta,
+    input: str | Path,
+    out: str | Path,
+    layer: int = -1,
+    pool: str = "cls",
+    truncate: bool = False,
+    chunk_lines: int = CHUNK_LINES,
+    progress: bool = True,
+    int8: bool = False,
+) -> int:
     """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1.
 
     `int8`: quantize the hub (`Roberta.quantize`) and print the cosines of int8 and fp32 vectors
@@ -87,7 +96,9 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
     tmp = temporary_path(out)
     try:
         # Sized by the counting pass, so rows are written in place and nothing is held in memory.
-        vectors = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size))
+        vectors = open_memmap(
+            tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size)
+        )
         with _Progress(total, "line", "embed", progress) as bar:
             for first, lines in read_chunks(input, chunk_lines):
                 if first - 1 + len(lines) > total:
@@ -96,7 +107,9 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
                 if int8 and first == 1:
                     quantize_for_embed(roberta, ids, layer, pool)
                 bar.start()
-                vectors[first - 1 : first - 1 + len(lines)] = roberta.embed(ids, layer, pool).float().cpu().numpy()
+                vectors[first - 1 : first - 1 + len(lines)] = (
+                    roberta.embed(ids, layer, pool).float().cpu().numpy()
+                )
                 bar.update(len(lines))
         vectors.flush()
         del vectors
@@ -106,7 +119,9 @@ def embed_file(roberta: Roberta, input: str | Path, out: str | Path, layer: int 
     return total
 
 
-def _encode(roberta: Roberta, texts: list[str], pairs: list[str] | None, path: Path, first: int, truncate: bool):
+def _encode(
+    roberta: Roberta, texts: list[str], pairs: list[str] | None, path: Path, first: int, truncate: bool
+):
     try:
         return roberta.encode_batch(texts, pairs, truncate=truncate)
     except TooLongError as e:
@@ -117,13 +132,24 @@ def parse_columns(spec: str) -> list[int | str]:
     """'0', '3,4' or 'sentence1,sentence2': one or two text columns, by 0-based index or header name."""
     columns: list[int | str] = [int(c) if c.strip().isdigit() else c.strip() for c in spec.split(",")]
     if not 1 <= len(columns) <= 2 or any(c == "" for c in columns):
-        raise UserError(f"--columns {spec!r}: give one or two columns (0-based indices or header names), comma-separated")
+        raise UserError(
+            f"--columns {spec!r}: give one or two columns (0-based indices or header names), comma-separated"
+        )
     return columns
 
 
-def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path, columns: str = "0",
-                 header: bool = False, truncate: bool = False, chunk_lines: int = CHUNK_LINES, progress: bool = True,
-                 int8: bool = False) -> int:
+def predict_file(
+    roberta: Roberta,
+    head: str,
+    input: str | Path,
+    out: str | Path,
+    columns: str = "0",
+    header: bool = False,
+    truncate: bool = False,
+    chunk_lines: int = CHUNK_LINES,
+    progress: bool = True,
+    int8: bool = False,
+) -> int:
     """Classify each row of the TSV `input` (text in one column, or a pair in two) with `head`.
 
     `out` gets a header and one row per input row: the predicted label (its name if the head
@@ -158,7 +184,11 @@ def predict_file(roberta: Roberta, head: str, input: str | Path, out: str | Path
             logits = roberta.predict(head, ids, return_logits=True).float().cpu()
             if not wrote_header:
                 classes = logits.size(1)
-                sink.write("score\n" if classes == 1 else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n")
+                sink.write(
+                    "score\n"
+                    if classes == 1
+                    else "\t".join(["label", *(f"p{c}" for c in range(classes))]) + "\n"
+                )
                 wrote_header = True
             sink.writelines(_prediction_row(row, labels) for row in logits)
             bar.update(len(lines))

@@ -33,22 +33,28 @@ from roberta.errors import UserError
 def require_cpu(device: torch.device) -> None:
     """int8 products run on the CPU engine only; anything else is a UserError naming the device."""
     if device.type != "cpu":
-        raise UserError(f"int8 runs on the CPU only (torch's x86/fbgemm dynamic quantization), not on device "
-                        f"{str(device)!r}: load the model on cpu")
+        raise UserError(
+            f"int8 runs on the CPU only (torch's x86/fbgemm dynamic quantization), not on device "
+            f"{str(device)!r}: load the model on cpu"
+        )
 
 
 def quantize_linears(model: nn.Module) -> nn.Module:
     """Every `nn.Linear` of `model` replaced, in place, by its dynamically quantized int8 version."""
     dtypes = {p.dtype for p in model.parameters()}
     if dtypes != {torch.float32}:
-        raise UserError(f"int8 quantization starts from float32 weights, not {', '.join(sorted(map(str, dtypes)))}: "
-                        "load the model again, or call .float() first")
+        raise UserError(
+            f"int8 quantization starts from float32 weights, not {', '.join(sorted(map(str, dtypes)))}: "
+            "load the model again, or call .float() first"
+        )
     with warnings.catch_warnings():
         # torch 2.13 announces on every call that torch.ao.quantization moves to torchao; the eager
         # dynamic path still works, and needs no other dependency.
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated")
         warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated")
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+        return quantize_dynamic(
+            model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+        )
 
 
 def first_batch(seqs: Sequence, batch_tokens: int) -> list:
@@ -78,8 +84,12 @@ def prediction_agreement(fp32: torch.Tensor, int8: torch.Tensor) -> str:
     return f"top-1 agrees on {same}/{len(fp32)} ({same / len(fp32):.1%}), {difference}"
 
 
-def quantize_compared(roberta, sample: Sequence, run: Callable[[Sequence], torch.Tensor],
-                      agreement: Callable[[torch.Tensor, torch.Tensor], str]) -> str:
+def quantize_compared(
+    roberta,
+    sample: Sequence,
+    run: Callable[[Sequence], torch.Tensor],
+    agreement: Callable[[torch.Tensor, torch.Tensor], str],
+) -> str:
     """Quantize the hub `roberta` in place, running `run(sample)` before and after; returns, and
     prints to stderr, one line saying how far int8 moved the outputs (`agreement(fp32, int8)`)."""
     require_cpu(roberta.device)
@@ -92,14 +102,23 @@ def quantize_compared(roberta, sample: Sequence, run: Callable[[Sequence], torch
 
 # What `--int8` runs for each verb: the verb's own call on the first batch of its input.
 
+
 def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str) -> str:
-    return quantize_compared(roberta, first_batch(ids, roberta.batch_tokens),
-                             lambda sample: roberta.embed(sample, layer, pool), embedding_agreement)
+    return quantize_compared(
+        roberta,
+        first_batch(ids, roberta.batch_tokens),
+        lambda sample: roberta.embed(sample, layer, pool),
+        embedding_agreement,
+    )
 
 
 def quantize_for_predict(roberta, head: str, ids: Sequence) -> str:
-    return quantize_compared(roberta, first_batch(ids, roberta.batch_tokens),
-                             lambda sample: roberta.predict(head, sample, return_logits=True), prediction_agreement)
+    return quantize_compared(
+        roberta,
+        first_batch(ids, roberta.batch_tokens),
+        lambda sample: roberta.predict(head, sample, return_logits=True),
+        prediction_agreement,
+    )
 
 
 def quantize_for_fill_mask(roberta, text: str) -> str:

@@ -11,23 +11,21 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
-from roberta.padding import Selected, Unpadded
+from roberta.padding import Layout, Selected, Unpadded
 
 
-def make_positions(tokens: torch.Tensor, padding_idx: int) -> torch.Tensor:
-    """Position ids counted over real tokens only, starting at padding_idx + 1 (fairseq's rule).
-
-    Padding keeps position padding_idx, whose embedding row is zero.
-    """
+def make_positions(tokens: Tensor, padding_idx: int) -> Tensor:
+    """Position ids counted over real tokens only, from padding_idx + 1 (fairseq's rule); padding
+    keeps position padding_idx, whose embedding row is zero."""
     real = tokens.ne(padding_idx).int()
     return (torch.cumsum(real, dim=1) * real).long() + padding_idx
 
 
-def dropout_mask(shape: tuple[int, ...], like: torch.Tensor, p: float) -> torch.Tensor:
+def dropout_mask(shape: tuple[int, ...], like: Tensor, p: float) -> Tensor:
     """torch's dropout multiplier (0 or 1 / (1 - p)) for a tensor of `shape`, drawn as its kernel
     draws it. A mask drawn for a whole tensor and read at some of its rows keeps the whole
     tensor's random stream: computing fewer rows (`padding.py`) then leaves the numbers, dropout
@@ -44,37 +42,37 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
-        unpadded: Unpadded | None = None,
-    ) -> torch.Tensor:
-        qkv = self.qkv(x)  # keys and values everywhere; queries too (one product: int8 Linear layers cannot be sliced)
+    def forward(self, x: Tensor, layout: Layout, selected: Selected | None = None) -> Tensor:
+        # Keys and values everywhere; queries too (one product: int8 Linear layers cannot be sliced).
+        qkv = self.qkv(x)
+        unpadded = layout.unpadded
         qkv_padded = unpadded.pad(qkv) if unpadded is not None else qkv  # SDPA wants [B, heads, T, head size]
         q, k, v = self._heads(qkv_padded).chunk(3, dim=1)
         p = self.dropout.p if self.training else 0.0
         if selected is None:
-            x = merge_heads(attention(q, k, v, attn_mask, p))
+            x = merge_heads(attention(q, k, v, layout.attn_mask, p))
             return self.out_proj(unpadded.unpad(x) if unpadded is not None else x)
         # The selected queries only, each sequence's in slots [B, slots].
         q = selected.rows_of(qkv)[:, : x.size(-1)]
-        q_slots = q.new_zeros(*selected.query_positions.shape, q.size(-1)).index_put_((selected.batch, selected.slot), q)
-        x = merge_heads(attention(self._heads(q_slots), k, v, attn_mask, p, selected.query_positions))
+        q_slots = q.new_zeros(*selected.query_positions.shape, q.size(-1)).index_put_(
+            (selected.batch, selected.slot), q
+        )
+        x = merge_heads(attention(self._heads(q_slots), k, v, layout.attn_mask, p, selected.query_positions))
         return self.out_proj(x[selected.batch, selected.slot])
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _heads(self, x: Tensor) -> Tensor:
         """[B, T, n * H] → [B, n * heads, T, head size]: n projections' heads, each projection's together."""
         return x.view(*x.shape[:2], x.size(-1) // self.head_size, self.head_size).transpose(1, 2)
 
 
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
+def merge_heads(x: Tensor) -> Tensor:
     """[B, heads, T, head size] → [B, T, H]."""
     return x.transpose(1, 2).flatten(2)
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, p: float,
-    query_positions: torch.Tensor | None = None,
-) -> torch.Tensor:
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, p: float, query_positions: Tensor | None = None
+) -> Tensor:
     """Scaled dot-product attention with dropout `p`; with `query_positions` [B, slots], `q` holds
     the queries at those positions only ([B, heads, slots, head size]).
 
@@ -105,23 +103,21 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None, selected: Selected | None = None,
-        unpadded: Unpadded | None = None,
-    ) -> torch.Tensor:
-        """[B, T, H] → [B, T, H], or with `unpadded` the real positions [N, H] → [N, H]; with
+    def forward(self, x: Tensor, layout: Layout, selected: Selected | None = None) -> Tensor:
+        """[B, T, H] → [B, T, H], or when unpadding the real positions [N, H] → [N, H]; with
         `selected`, the selected positions' outputs only ([N_selected, H])."""
+        unpadded = layout.unpadded
         positions = unpadded.batch * unpadded.length if unpadded is not None else x.size(0) * x.size(1)
         rows = selected.flat if selected is not None else unpadded.index if unpadded is not None else None
 
-        def dropout(y: torch.Tensor, module: nn.Dropout) -> torch.Tensor:
+        def dropout(y: Tensor, module: nn.Dropout) -> Tensor:
             if rows is None or not module.training or module.p == 0:
                 return module(y)
             # The mask drawn for every position of the padded batch and read at the rows computed:
             # the padded, full layer's random stream.
             return y * dropout_mask((positions, y.size(-1)), y, module.p)[rows]
 
-        a = self.attention(x, attn_mask, selected, unpadded)
+        a = self.attention(x, layout, selected)
         if selected is not None:
             x = selected.rows_of(x)
         x = self.attention_layer_norm(x + dropout(a, self.dropout))
@@ -139,7 +135,7 @@ class LMHead(nn.Module):
         self.weight = embedding_weight
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return F.linear(self.layer_norm(F.gelu(self.dense(x))), self.weight, self.bias)
 
 
@@ -151,7 +147,7 @@ class ClassificationHead(nn.Module):
 
     kind = "classification"
 
-    def __init__(self, config: RobertaConfig, num_classes: int, inner_dim: int | None = None, labels: tuple = ()):
+    def __init__(self, config: RobertaConfig, num_classes: int, inner_dim: int | None = None, labels=()):
         super().__init__()
         inner_dim = inner_dim or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, inner_dim)
@@ -159,12 +155,12 @@ class ClassificationHead(nn.Module):
         self.out_proj = nn.Linear(inner_dim, num_classes)
         self.labels = tuple(labels)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: Tensor) -> Tensor:
         x = self.dropout(features[:, 0])
         return self.out_proj(self.dropout(torch.tanh(self.dense(x))))
 
     def spec(self) -> dict:
-        spec = {"kind": self.kind, "num_classes": self.out_proj.out_features, "inner_dim": self.dense.out_features}
+        spec = dict(kind=self.kind, num_classes=self.out_proj.out_features, inner_dim=self.dense.out_features)
         return {**spec, "labels": list(self.labels)} if self.labels else spec
 
 
@@ -177,9 +173,8 @@ class SpanHead(nn.Module):
         super().__init__()
         self.proj = nn.Linear(config.hidden_size, 2)
 
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start, end = self.proj(features).unbind(-1)
-        return start, end
+    def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        return self.proj(features).unbind(-1)  # start, end
 
     def spec(self) -> dict:
         return {"kind": self.kind}
@@ -189,10 +184,11 @@ def build_head(config: RobertaConfig, spec: dict) -> nn.Module:
     """A head from its `spec()` (as a checkpoint's config.json stores it)."""
     if spec["kind"] == SpanHead.kind:
         return SpanHead(config)
-    return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), tuple(spec.get("labels", ())))
+    labels = tuple(spec.get("labels", ()))
+    return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), labels)
 
 
-def _as_output(h: torch.Tensor, select: torch.Tensor | str | None, unpadded: Unpadded | None) -> torch.Tensor:
+def _as_output(h: Tensor, select: Tensor | str | None, unpadded: Unpadded | None) -> Tensor:
     """A layer's output as callers see it: [B, T, H]; [B, 1, H] for select="first"; [N, H] for a mask."""
     if select is not None:
         return h[:, None] if isinstance(select, str) else h
@@ -200,9 +196,9 @@ def _as_output(h: torch.Tensor, select: torch.Tensor | str | None, unpadded: Unp
 
 
 class EncoderOutput(NamedTuple):
-    last_hidden_state: torch.Tensor
+    last_hidden_state: Tensor
     # Embedding output first, then every layer's output; None unless asked for.
-    hidden_states: list[torch.Tensor] | None
+    hidden_states: list[Tensor] | None
 
 
 class RobertaModel(nn.Module):
@@ -233,8 +229,11 @@ class RobertaModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, tokens: torch.Tensor, return_all_hiddens: bool = False, unpad: bool = False,
-        select: torch.Tensor | str | None = None,
+        self,
+        tokens: Tensor,
+        return_all_hiddens: bool = False,
+        unpad: bool = False,
+        select: Tensor | str | None = None,
     ) -> EncoderOutput:
         """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H].
 
@@ -251,7 +250,8 @@ class RobertaModel(nn.Module):
         read at those positions (`dropout_mask`).
         """
         if tokens.size(1) > self.config.max_seq_len:
-            raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {self.config.max_seq_len} positions")
+            limit = self.config.max_seq_len
+            raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {limit} positions")
         padding = tokens.eq(self.config.padding_idx)
         # Without padding, no mask: SDPA may then take its fastest (flash) kernel.
         attn_mask = ~padding[:, None, None, :] if padding.any() else None
@@ -263,13 +263,18 @@ class RobertaModel(nn.Module):
             x = unpadded.unpad(x)  # [N_real, H]
         selected = self._selected(select, padding, unpadded)
         last = len(self.layers) - 1
+        layout = Layout(attn_mask, unpadded)
         for i, layer in enumerate(self.layers):
-            x = layer(x, attn_mask, selected if i == last else None, unpadded)
+            x = layer(x, layout, selected if i == last else None)
             if hidden_states is not None:
                 hidden_states.append(_as_output(x, select if i == last else None, unpadded))
-        return EncoderOutput(hidden_states[-1] if hidden_states else _as_output(x, select, unpadded), hidden_states)
+        return EncoderOutput(
+            hidden_states[-1] if hidden_states else _as_output(x, select, unpadded), hidden_states
+        )
 
-    def _selected(self, select: torch.Tensor | str | None, padding: torch.Tensor, unpadded: Unpadded | None):
+    def _selected(
+        self, select: Tensor | str | None, padding: Tensor, unpadded: Unpadded | None
+    ) -> Selected | None:
         if select is None:
             return None
         if isinstance(select, str):
@@ -280,18 +285,15 @@ class RobertaModel(nn.Module):
             raise UserError("select: with unpad=True only real (non-padding) positions can be selected")
         return Selected.of(select, unpadded)
 
-    def lm_logits(self, hidden: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
-        """Vocabulary logits; with a boolean `selected` mask, only for those positions ([N, V]).
-
-        Pretraining passes the masked positions: logits for the other ~85% of tokens would be
-        most of a small model's compute and are never used.
-        """
+    def lm_logits(self, hidden: Tensor, selected: Tensor | None = None) -> Tensor:
+        """Vocabulary logits; with a boolean `selected` mask, only for those positions ([N, V]): the
+        masked-LM loss reads ~15% of them, and the rest would be most of a small model's compute."""
         if selected is not None:
             hidden = hidden[selected]
         return self.lm_head(hidden)
 
     def add_classification_head(
-        self, name: str, num_classes: int, inner_dim: int | None = None, labels: tuple = ()
+        self, name: str, num_classes: int, inner_dim: int | None = None, labels=()
     ) -> None:
         self.add_head(name, ClassificationHead(self.config, num_classes, inner_dim, labels))
 
@@ -304,7 +306,7 @@ class RobertaModel(nn.Module):
         self._require_head(name)
         del self.heads[name]
 
-    def classify(self, name: str, hidden: torch.Tensor) -> torch.Tensor:
+    def classify(self, name: str, hidden: Tensor) -> Tensor:
         return self._require_head(name)(hidden)
 
     def _require_head(self, name: str) -> nn.Module:

@@ -36,6 +36,13 @@ class Unpadded(NamedTuple):
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
 
 
+class Layout(NamedTuple):
+    """What every layer needs to know of the batch's padding."""
+
+    attn_mask: torch.Tensor | None  # [B, 1, 1, T], True at real keys; None without padding
+    unpadded: Unpadded | None  # where the real rows are, when the layers compute those only
+
+
 class Selected(NamedTuple):
     """The positions the last layer computes: a boolean [B, T] mask's True entries in row-major order."""
 

@@ -70,7 +70,8 @@ def expand_inputs(inputs: list[str | Path]) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             found = sorted(
-                p for p in path.rglob("*")
+                p
+                for p in path.rglob("*")
                 if p.is_file() and p.name.endswith(TEXT_SUFFIXES) and not p.name.startswith(".")
             )
             if not found:
@@ -115,7 +116,11 @@ def _is_blank(line: bytes) -> bool:
 
 
 def iter_chunks(
-    files: list[Path], chunk_bytes: int, options: InputOptions, start: Position = Position(), first_index: int = 0
+    files: list[Path],
+    chunk_bytes: int,
+    options: InputOptions,
+    start: Position = Position(),
+    first_index: int = 0,
 ) -> Iterator[Chunk]:
     """Chunks of about chunk_bytes of whole documents, from `start` to the end of the last file."""
     index = first_index
@@ -223,5 +228,7 @@ def _jsonl_text(line: str, path: str, number: int, options: InputOptions) -> str
         raise UserError(f"{path}: line {number}: record has no field {field!r} (set --text-field)")
     value = record[field]
     if not isinstance(value, str):
-        raise UserError(f"{path}: line {number}: field {field!r} is {type(value).__name__}, expected a string")
+        raise UserError(
+            f"{path}: line {number}: field {field!r} is {type(value).__name__}, expected a string"
+        )
     return value

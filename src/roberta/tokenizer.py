@@ -35,15 +35,7 @@ from typing import Literal
 import numpy as np
 import tiktoken
 import tokenizers
-from tokenizers import (
-    Regex,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-    trainers,
-)
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from roberta.errors import UserError
 from roberta.io import atomic_directory, atomic_write
@@ -64,14 +56,26 @@ FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 # below U+3001); written for the Oniguruma regexes of `tokenizers`.
 FAIRSEQ_SPACE = "[" + "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace()) + "]+"
 # Every file `load_tokenizer` reads: a directory holding none of them holds no tokenizer.
-TOKENIZER_FILES = ("encoder.json", "vocab.bpe", "dict.txt", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.json")
+TOKENIZER_FILES = (
+    "encoder.json",
+    "vocab.bpe",
+    "dict.txt",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tokenizer.json",
+)
 # Fillers fairseq appends to pad a dictionary to a multiple of 8; no text holds them.
 MADEUP_WORD = re.compile(r"madeupword\d{4}")
 
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map, in GPT-2's byte order (printable bytes first)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = {b: chr(b) for b in printable}
     for n, b in enumerate(b for b in range(256) if b not in chars):
         chars[b] = chr(256 + n)
@@ -151,7 +155,9 @@ def _read_merges(path: Path, data: bytes, vocab: dict[str, int]) -> list[tuple[s
             continue
         parts = line.split(" ")
         if len(parts) != 2 or not all(parts):
-            raise UserError(f"{path}:{number}: expected 'left right' (two tokens separated by one space), got {line!r}")
+            raise UserError(
+                f"{path}:{number}: expected 'left right' (two tokens separated by one space), got {line!r}"
+            )
         merges.append(_merge(parts, vocab, f"{path}:{number}", "the vocabulary"))
     return merges
 
@@ -168,7 +174,9 @@ def _read_fairseq_dict(path: Path, data: bytes) -> list[str]:
     """fairseq dict.txt: '<symbol> <count> [#fairseq:overwrite]' per line; returns the symbols in
     order, one per line. As in fairseq's Dictionary, <s> <pad> </s> <unk> are already held."""
     if data.startswith(b"\xef\xbb\xbf"):
-        raise UserError(f"{path}:1: starts with a UTF-8 byte-order mark, which fairseq reads as part of the first symbol")
+        raise UserError(
+            f"{path}:1: starts with a UTF-8 byte-order mark, which fairseq reads as part of the first symbol"
+        )
     symbols: list[str] = []
     seen: set[str] = set(FAIRSEQ_SPECIALS)
     for number, line in enumerate(_lines(path, data), start=1):
@@ -269,17 +277,29 @@ def _require_roberta_bpe(path: Path, obj: dict) -> None:
     model, pre = obj["model"], obj.get("pre_tokenizer")
     kind = model.get("type")
     if kind != "BPE":
-        raise UserError(f"{path}: model.type is {kind!r}; only RoBERTa's byte-level BPE tokenizer.json is read")
+        raise UserError(
+            f"{path}: model.type is {kind!r}; only RoBERTa's byte-level BPE tokenizer.json is read"
+        )
     if not (isinstance(pre, dict) and pre.get("type") == "ByteLevel"):
         found = pre.get("type") if isinstance(pre, dict) else pre
-        raise UserError(f"{path}: pre_tokenizer is {found!r}, not ByteLevel; only RoBERTa's byte-level BPE is read")
+        raise UserError(
+            f"{path}: pre_tokenizer is {found!r}, not ByteLevel; only RoBERTa's byte-level BPE is read"
+        )
     if pre.get("add_prefix_space", False) or not pre.get("use_regex", True):
-        raise UserError(f"{path}: pre_tokenizer has add_prefix_space={pre.get('add_prefix_space')}, "
-                        f"use_regex={pre.get('use_regex', True)}; RoBERTa's are false and true")
+        raise UserError(
+            f"{path}: pre_tokenizer has add_prefix_space={pre.get('add_prefix_space')}, "
+            f"use_regex={pre.get('use_regex', True)}; RoBERTa's are false and true"
+        )
     if obj.get("normalizer") is not None:
-        raise UserError(f"{path}: normalizer is {json.dumps(obj['normalizer'])[:60]}; RoBERTa's byte-level BPE has none")
-    for field, plain in (("dropout", None), ("continuing_subword_prefix", ""), ("end_of_word_suffix", ""),
-                         ("byte_fallback", False)):
+        raise UserError(
+            f"{path}: normalizer is {json.dumps(obj['normalizer'])[:60]}; RoBERTa's byte-level BPE has none"
+        )
+    for field, plain in (
+        ("dropout", None),
+        ("continuing_subword_prefix", ""),
+        ("end_of_word_suffix", ""),
+        ("byte_fallback", False),
+    ):
         if model.get(field) not in (plain, None):
             raise UserError(f"{path}: model.{field} is {model[field]!r}; RoBERTa's BPE has none")
 
@@ -296,7 +316,9 @@ def _byte_level_engine(vocab: dict[str, int], merges: list[tuple[str, str]]) -> 
     return engine
 
 
-def _tiktoken_ranks(merges: list[tuple[str, str]], vocab: dict[str, int]) -> tuple[dict[bytes, int], list[int]] | None:
+def _tiktoken_ranks(
+    merges: list[tuple[str, str]], vocab: dict[str, int]
+) -> tuple[dict[bytes, int], list[int]] | None:
     """tiktoken's mergeable ranks for these merges and the `vocab` id of each rank, or None where
     tiktoken would not give the same tokens.
 
@@ -330,15 +352,15 @@ class Tokenizer:
 
     def __init__(
         self,
-        *,
         kind: Literal["gpt2", "hf", "wordpiece", "symbols"],
         tokens: list[str],
         roles: dict[str, int],
         reference: tokenizers.Tokenizer,
         reference_vocab: dict[str, int],
-        reference_to_model: np.ndarray | None,
-        merges: list[tuple[str, str]],
         files: dict[str, bytes],
+        *,
+        reference_to_model: np.ndarray | None = None,
+        merges: Sequence[tuple[str, str]] = (),
         lowercase: bool = False,
         joiner: str = " ",
     ):
@@ -369,9 +391,13 @@ class Tokenizer:
         found = _tiktoken_ranks(merges, reference_vocab) if byte_level else None
         if found is not None:
             ranks, engine_ids = found
-            self._tiktoken = tiktoken.Encoding(f"roberta-{kind}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+            self._tiktoken = tiktoken.Encoding(
+                f"roberta-{kind}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={}
+            )
             engine_ids = np.array(engine_ids, dtype=np.int64)
-            self._rank_to_model = (engine_ids if reference_to_model is None else reference_to_model[engine_ids]).astype(np.int32)
+            self._rank_to_model = (
+                engine_ids if reference_to_model is None else reference_to_model[engine_ids]
+            ).astype(np.int32)
 
     # ---- constructors
 
@@ -391,8 +417,10 @@ class Tokenizer:
             # dict.txt names GPT-2 ids as decimal strings; any other symbol is a literal token.
             if symbol.isascii() and symbol.isdigit():
                 if int(symbol) >= len(encoder):
-                    raise UserError(f"{paths[2]}:{number}: GPT-2 id {symbol} is not in {paths[0].name} "
-                                    f"(ids 0..{len(encoder) - 1})")
+                    raise UserError(
+                        f"{paths[2]}:{number}: GPT-2 id {symbol} is not in {paths[0].name} "
+                        f"(ids 0..{len(encoder) - 1})"
+                    )
                 gpt2_to_model[int(symbol)] = len(tokens)
                 tokens.append(gpt2_tokens[int(symbol)])
             else:
@@ -402,8 +430,10 @@ class Tokenizer:
             raise UserError(f"{paths[2]}: a symbol appears twice once GPT-2 ids are turned into tokens")
         roles = {role: tokens.index(name) for role, name in BYTE_LEVEL_SPECIALS.items()}
         files = {"encoder.json": raw[0], "vocab.bpe": raw[1], "dict.txt": raw[2]}
-        return cls(kind="gpt2", tokens=tokens, roles=roles, reference=_byte_level_engine(encoder, merges),
-                   reference_vocab=encoder, reference_to_model=gpt2_to_model, merges=merges, files=files)
+        engine = _byte_level_engine(encoder, merges)
+        return cls(
+            "gpt2", tokens, roles, engine, encoder, files, reference_to_model=gpt2_to_model, merges=merges
+        )
 
     @classmethod
     def from_hf(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
@@ -413,9 +443,9 @@ class Tokenizer:
         vocab = _read_vocab_json(paths[0], raw[0])
         merges = _read_merges(paths[1], raw[1], vocab)
         roles = _roles(paths[0], vocab, BYTE_LEVEL_SPECIALS)
-        return cls(kind="hf", tokens=sorted(vocab, key=vocab.__getitem__), roles=roles,
-                   reference=_byte_level_engine(vocab, merges), reference_vocab=vocab, reference_to_model=None, merges=merges,
-                   files={"vocab.json": raw[0], "merges.txt": raw[1]})
+        files = {"vocab.json": raw[0], "merges.txt": raw[1]}
+        tokens = sorted(vocab, key=vocab.__getitem__)
+        return cls("hf", tokens, roles, _byte_level_engine(vocab, merges), vocab, files, merges=merges)
 
     @classmethod
     def from_tokenizer_json(cls, tokenizer_json: str | Path) -> Tokenizer:
@@ -427,9 +457,9 @@ class Tokenizer:
         _require_roberta_bpe(path, obj)
         merges = _tokenizer_json_merges(path, obj["model"], vocab)
         roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS)
-        return cls(kind="hf", tokens=sorted(vocab, key=vocab.__getitem__), roles=roles,
-                   reference=_byte_level_engine(vocab, merges), reference_vocab=vocab, reference_to_model=None,
-                   merges=merges, files={"tokenizer.json": raw})
+        files = {"tokenizer.json": raw}
+        tokens = sorted(vocab, key=vocab.__getitem__)
+        return cls("hf", tokens, roles, _byte_level_engine(vocab, merges), vocab, files, merges=merges)
 
     @classmethod
     def from_fairseq_dict(cls, dict_txt: str | Path) -> Tokenizer:
@@ -448,12 +478,16 @@ class Tokenizer:
             raise UserError(f"{path}: no symbols (an empty dict.txt)")
         numbers = _gpt2_ids(symbols)
         if numbers:
-            raise UserError(f"{path}: {numbers} of its {len(symbols)} symbols are numbers, GPT-2 BPE ids: "
-                            "encoder.json and vocab.bpe must be beside it")
+            raise UserError(
+                f"{path}: {numbers} of its {len(symbols)} symbols are numbers, GPT-2 BPE ids: "
+                "encoder.json and vocab.bpe must be beside it"
+            )
         for number, symbol in enumerate(symbols, start=1):
             if any(c.isspace() for c in symbol):
-                raise UserError(f"{path}:{number}: symbol {symbol!r} holds whitespace, where fairseq splits text: "
-                                "no text can produce it")
+                raise UserError(
+                    f"{path}:{number}: symbol {symbol!r} holds whitespace, where fairseq splits text: "
+                    "no text can produce it"
+                )
         tokens = _fairseq_ids(symbols)
         specials = {*FAIRSEQ_SPECIALS, "<mask>"}
         characters = all(len(t) == 1 for t in tokens if t not in specials and not MADEUP_WORD.fullmatch(t))
@@ -465,8 +499,8 @@ class Tokenizer:
         engine = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
         engine.pre_tokenizer = pre_tokenizers.Sequence(split)
         roles = {role: vocab[name] for role, name in BYTE_LEVEL_SPECIALS.items()}
-        return cls(kind="symbols", tokens=tokens, roles=roles, reference=engine, reference_vocab=vocab,
-                   reference_to_model=None, merges=[], files={"dict.txt": raw}, joiner="" if characters else " ")
+        joiner = "" if characters else " "
+        return cls("symbols", tokens, roles, engine, vocab, {"dict.txt": raw}, joiner=joiner)
 
     @classmethod
     def from_wordpiece(cls, vocab_txt: str | Path, lowercase: bool = False) -> Tokenizer:
@@ -477,15 +511,18 @@ class Tokenizer:
         vocab = _read_wordpiece_vocab(path, raw)
         roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS)
         tokens = sorted(vocab, key=vocab.__getitem__)
-        engine = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token=tokens[roles["unk"]], max_input_chars_per_word=100))
-        engine.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase)
+        engine = tokenizers.Tokenizer(
+            models.WordPiece(vocab, unk_token=tokens[roles["unk"]], max_input_chars_per_word=100)
+        )
+        engine.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+        )
         engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         engine.decoder = decoders.WordPiece(prefix="##")
         files = {"vocab.txt": raw}
         if lowercase:
             files["tokenizer_config.json"] = b'{"do_lower_case": true}\n'
-        return cls(kind="wordpiece", tokens=tokens, roles=roles, reference=engine, reference_vocab=vocab, reference_to_model=None,
-                   merges=[], files=files, lowercase=lowercase)
+        return cls("wordpiece", tokens, roles, engine, vocab, files, lowercase=lowercase)
 
     # ---- vocabulary
 
@@ -513,10 +550,15 @@ class Tokenizer:
         """A symbol vocabulary as an HF tokenizer.json, for transformers (which reads no dict.txt):
         the same engine, with RoBERTa's `<s> A </s></s> B </s>` layout around it."""
         if self.kind != "symbols":
-            raise ValueError(f"a {self.kind} tokenizer is written in its own files, not as a symbol tokenizer.json")
+            raise ValueError(
+                f"a {self.kind} tokenizer is written in its own files, not as a symbol tokenizer.json"
+            )
         engine = tokenizers.Tokenizer.from_str(self._reference.to_str())
         engine.post_processor = processors.RobertaProcessing(
-            (self._tokens[self.eos_id], self.eos_id), (self._tokens[self.bos_id], self.bos_id), trim_offsets=False)
+            (self._tokens[self.eos_id], self.eos_id),
+            (self._tokens[self.bos_id], self.bos_id),
+            trim_offsets=False,
+        )
         return engine.to_str()
 
     def id_to_token(self, i: int) -> str:
@@ -532,9 +574,15 @@ class Tokenizer:
         GPT-2+dict.txt and the equivalent vocab.json+merges.txt give the same fingerprint.
         """
         model = {"wordpiece": "wordpiece", "symbols": "symbols"}.get(self.kind, "byte-level-bpe")
-        content = {"model": model, "tokens": self._tokens,
-                   "merges": [f"{a} {b}" for a, b in self._merges], "lowercase": self._lowercase}
-        return hashlib.sha256(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+        content = {
+            "model": model,
+            "tokens": self._tokens,
+            "merges": [f"{a} {b}" for a, b in self._merges],
+            "lowercase": self._lowercase,
+        }
+        return hashlib.sha256(
+            json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
+        ).hexdigest()
 
     def word_start(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """True where a token starts a word: a special token, the first token, a token after a special
@@ -564,9 +612,11 @@ class Tokenizer:
         ids, lengths = self.tokenize_ids_flat(texts, engine=engine)
         flat = ids.tolist()
         ends = np.cumsum(lengths).tolist()
-        return [flat[end - n:end] for end, n in zip(ends, lengths.tolist())]
+        return [flat[end - n : end] for end, n in zip(ends, lengths.tolist())]
 
-    def tokenize_ids_flat(self, texts: Sequence[str], *, engine: Engine = None) -> tuple[np.ndarray, np.ndarray]:
+    def tokenize_ids_flat(
+        self, texts: Sequence[str], *, engine: Engine = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """All texts' model ids concatenated (int32) and each text's token count (int64): the form a
         binarized corpus wants, without a Python list per token."""
         texts = list(texts)
@@ -589,38 +639,61 @@ class Tokenizer:
         encode = self._tiktoken.encode_to_numpy
         if len(texts) <= THREAD_CHUNK:
             return [encode(t) for t in texts]
-        chunks = [texts[i:i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
+        chunks = [texts[i : i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
         with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
             return [a for part in pool.map(lambda chunk: [encode(t) for t in chunk], chunks) for a in part]
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Model ids and each token's (start, end) character span in `text`, leading space excluded."""
         encoding = self._reference.encode(text, add_special_tokens=False)
-        ids = encoding.ids if self._reference_to_model is None else self._reference_to_model[encoding.ids].tolist()
+        ids = (
+            encoding.ids
+            if self._reference_to_model is None
+            else self._reference_to_model[encoding.ids].tolist()
+        )
         return ids, encoding.offsets
 
-    def encode(self, text: str, *pairs: str, no_separator: bool = False, max_length: int | None = None,
-               truncation: Truncation = "longest_first") -> list[int]:
+    def encode(
+        self,
+        text: str,
+        *pairs: str,
+        no_separator: bool = False,
+        max_length: int | None = None,
+        truncation: Truncation = "longest_first",
+    ) -> list[int]:
         """fairseq's layout: `<s> A </s>`, and for each further text `</s> B </s>` (one `</s>` less
         between texts with `no_separator`). `max_length` counts the special tokens."""
         return self._assemble(self.tokenize_ids_batch([text, *pairs]), no_separator, max_length, truncation)
 
-    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, no_separator: bool = False,
-                     max_length: int | None = None, truncation: Truncation = "longest_first") -> list[list[int]]:
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        *,
+        no_separator: bool = False,
+        max_length: int | None = None,
+        truncation: Truncation = "longest_first",
+    ) -> list[list[int]]:
         """`encode(text)` or `encode(text, pair)` for each text, tokenized together on all cores."""
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
         firsts = self.tokenize_ids_batch(texts)
         seconds = self.tokenize_ids_batch(pairs) if pairs is not None else None
-        return [self._assemble([a] if seconds is None else [a, seconds[k]], no_separator, max_length, truncation)
-                for k, a in enumerate(firsts)]
+        return [
+            self._assemble([a] if seconds is None else [a, seconds[k]], no_separator, max_length, truncation)
+            for k, a in enumerate(firsts)
+        ]
 
-    def _assemble(self, seqs: list[list[int]], no_separator: bool, max_length: int | None, truncation: Truncation) -> list[int]:
+    def _assemble(
+        self, seqs: list[list[int]], no_separator: bool, max_length: int | None, truncation: Truncation
+    ) -> list[int]:
         between = [self.eos_id] if no_separator else [self.eos_id, self.eos_id]
         if max_length is not None:
             budget = max_length - 2 - len(between) * (len(seqs) - 1)
             if budget < 0:
-                raise UserError(f"max_length={max_length} leaves no room for the special tokens of {len(seqs)} text(s)")
+                raise UserError(
+                    f"max_length={max_length} leaves no room for the special tokens of {len(seqs)} text(s)"
+                )
             keep = _truncated_lengths([len(s) for s in seqs], budget, truncation, max_length)
             seqs = [s[:n] for s, n in zip(seqs, keep)]
         ids = [self.bos_id, *seqs[0]]
@@ -637,8 +710,10 @@ class Tokenizer:
         ids = [int(i) for i in ids]
         outside = [i for i in ids if not 0 <= i < len(self._tokens)]
         if outside:
-            raise UserError(f"id {outside[0]} is outside the vocabulary of {len(self._tokens)} tokens "
-                            f"(0..{len(self._tokens) - 1})")
+            raise UserError(
+                f"id {outside[0]} is outside the vocabulary of {len(self._tokens)} tokens "
+                f"(0..{len(self._tokens) - 1})"
+            )
         if skip_special_tokens:
             ids = [i for i in ids if not self._special[i]]
         if self.kind == "wordpiece":
@@ -666,11 +741,15 @@ def _truncated_lengths(lengths: list[int], budget: int, truncation: Truncation, 
     if truncation in ("only_first", "only_second"):
         which = 0 if truncation == "only_first" else 1
         if which >= len(lengths) or lengths[which] < excess:
-            raise UserError(f"cannot fit max_length={max_length} by truncating only the "
-                            f"{'first' if which == 0 else 'second'} text")
+            raise UserError(
+                f"cannot fit max_length={max_length} by truncating only the "
+                f"{'first' if which == 0 else 'second'} text"
+            )
         return [n - excess if k == which else n for k, n in enumerate(lengths)]
     if truncation != "longest_first":
-        raise UserError(f"{sum(lengths)} tokens exceed max_length={max_length} and truncation is {truncation!r}")
+        raise UserError(
+            f"{sum(lengths)} tokens exceed max_length={max_length} and truncation is {truncation!r}"
+        )
     # Remove tokens from the longest text, one at a time, ties taken from the later text (HF's rule):
     # the result caps every text at some c, and the earliest texts above the cap keep one more.
     lo, hi = 0, max(lengths)
@@ -700,21 +779,27 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if gpt2 and "dict.txt" in has:
         if len(gpt2) == 1:
             missing = ({"encoder.json", "vocab.bpe"} - gpt2).pop()
-            raise UserError(f"{d}: dict.txt and {gpt2.pop()} make a GPT-2 BPE tokenizer, but {missing} is missing")
+            raise UserError(
+                f"{d}: dict.txt and {gpt2.pop()} make a GPT-2 BPE tokenizer, but {missing} is missing"
+            )
         tokenizer = Tokenizer.from_gpt2(d / "encoder.json", d / "vocab.bpe", d / "dict.txt")
     elif {"vocab.json", "merges.txt"} <= has:
         tokenizer = Tokenizer.from_hf(d / "vocab.json", d / "merges.txt")
     elif "vocab.txt" in has:
         config = d / "tokenizer_config.json"
-        lowercase = config.is_file() and bool(_read_json_object(config, _read_bytes(config)).get("do_lower_case", False))
+        lowercase = config.is_file() and bool(
+            _read_json_object(config, _read_bytes(config)).get("do_lower_case", False)
+        )
         return Tokenizer.from_wordpiece(d / "vocab.txt", lowercase=lowercase)
     elif "dict.txt" in has and not ("tokenizer.json" in has and _lists_gpt2_ids(d / "dict.txt")):
         tokenizer = Tokenizer.from_fairseq_dict(d / "dict.txt")
     elif "tokenizer.json" in has:
         tokenizer = Tokenizer.from_tokenizer_json(d / "tokenizer.json")
     else:
-        raise UserError(f"{d}: no tokenizer files (expected encoder.json + vocab.bpe + dict.txt, vocab.json + "
-                        "merges.txt, tokenizer.json, a dict.txt of symbols, or vocab.txt)")
+        raise UserError(
+            f"{d}: no tokenizer files (expected encoder.json + vocab.bpe + dict.txt, vocab.json + "
+            "merges.txt, tokenizer.json, a dict.txt of symbols, or vocab.txt)"
+        )
     _check_other_vocabularies(tokenizer, d, has)
     return tokenizer
 
@@ -729,24 +814,33 @@ def _check_other_vocabularies(tokenizer: Tokenizer, d: Path, has: set[str]) -> N
     """Refuse a dict.txt, vocab.json or tokenizer.json beside `tokenizer`'s own files that gives
     some token another id."""
     read = set(tokenizer._files)
-    chosen = d / ("dict.txt" if tokenizer.kind == "gpt2" else next(iter(tokenizer._files)))  # vocab.json or tokenizer.json
+    chosen = d / (
+        "dict.txt" if tokenizer.kind == "gpt2" else next(iter(tokenizer._files))
+    )  # vocab.json or tokenizer.json
     ours = tokenizer._tokens
 
     def differ(other: Path, theirs: Sequence[str | None], what: str = "ids") -> None:
         if len(theirs) != len(ours):
-            raise UserError(f"{other}: gives {len(theirs)} {what}, {chosen} {len(ours)}: the two files disagree "
-                            "(fairseq and transformers would read different vocabularies)")
+            raise UserError(
+                f"{other}: gives {len(theirs)} {what}, {chosen} {len(ours)}: the two files disagree "
+                "(fairseq and transformers would read different vocabularies)"
+            )
         for i, (a, b) in enumerate(zip(ours, theirs)):
             if b is not None and a != b:
-                raise UserError(f"{other}: id {i} is {b!r}, {chosen} gives it to {a!r}: the two files disagree "
-                                "(fairseq and transformers would read different vocabularies)")
+                raise UserError(
+                    f"{other}: id {i} is {b!r}, {chosen} gives it to {a!r}: the two files disagree "
+                    "(fairseq and transformers would read different vocabularies)"
+                )
 
     if "dict.txt" in has - read:
         path = d / "dict.txt"
         symbols = _read_fairseq_dict(path, _read_bytes(path))
         # Without encoder.json a GPT-2 id names no token: only where it sits is checked.
-        differ(path, [None if _is_gpt2_id(t) else t for t in _fairseq_ids(symbols)],
-               "ids with fairseq's <s> <pad> </s> <unk> and <mask>")
+        differ(
+            path,
+            [None if _is_gpt2_id(t) else t for t in _fairseq_ids(symbols)],
+            "ids with fairseq's <s> <pad> </s> <unk> and <mask>",
+        )
     if "vocab.json" in has - read:
         path = d / "vocab.json"
         vocab = _read_vocab_json(path, _read_bytes(path))
@@ -755,7 +849,10 @@ def _check_other_vocabularies(tokenizer: Tokenizer, d: Path, has: set[str]) -> N
         path = d / "tokenizer.json"
         obj, vocab = _read_tokenizer_json(path, _read_bytes(path))
         differ(path, sorted(vocab, key=vocab.__getitem__))
-        if obj["model"].get("type") == "BPE" and _tokenizer_json_merges(path, obj["model"], vocab) != tokenizer.merges:
+        if (
+            obj["model"].get("type") == "BPE"
+            and _tokenizer_json_merges(path, obj["model"], vocab) != tokenizer.merges
+        ):
             merges = d / next((n for n in ("merges.txt", "vocab.bpe") if n in read), chosen.name)
             raise UserError(f"{path}: model.merges differ from {merges}: the two files disagree")
 
@@ -781,14 +878,21 @@ def train_tokenizer(
     specials = [BYTE_LEVEL_SPECIALS[r] for r in ("bos", "pad", "eos", "unk")]
     smallest = len(specials) + len(BYTE_TO_CHAR) + 1
     if vocab_size <= smallest:
-        raise UserError(f"--vocab-size {vocab_size} is too small: the specials and 256 bytes take {smallest} ids")
+        raise UserError(
+            f"--vocab-size {vocab_size} is too small: the specials and 256 bytes take {smallest} ids"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out}: already exists and is not empty")
     paths = expand_inputs(list(files))
     options = InputOptions(text_field=text_field, errors=errors)
     compressed = any(p.name.endswith(".gz") for p in paths)
-    bar = tqdm(total=None if compressed else sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
-               desc="reading text", disable=not progress)
+    bar = tqdm(
+        total=None if compressed else sum(p.stat().st_size for p in paths),
+        unit="B",
+        unit_scale=True,
+        desc="reading text",
+        disable=not progress,
+    )
 
     sentences = 0
 
@@ -802,21 +906,38 @@ def train_tokenizer(
 
     engine = tokenizers.Tokenizer(models.BPE())
     engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    # <mask> is appended after training so that it takes the last id, as in fairseq's RoBERTa.
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 1, min_frequency=min_frequency, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=progress)
+    trainer = _bpe_trainer(vocab_size, min_frequency, specials, progress)
     engine.train_from_iterator(sentence_batches(), trainer)
     bar.close()
     if not sentences:
         shown = ", ".join(map(str, paths[:3])) + (" ..." if len(paths) > 3 else "")
         raise UserError(f"{shown}: empty corpus (no non-blank lines)")
+    # replace_if=(): only an empty `out` may be replaced, as checked above.
+    with atomic_directory(out, replace_if=()) as staging:
+        _write_hf_files(engine, staging)
+    return Tokenizer.from_hf(out / "vocab.json", out / "merges.txt")
+
+
+def _bpe_trainer(
+    vocab_size: int, min_frequency: int, specials: list[str], progress: bool
+) -> trainers.BpeTrainer:
+    # <mask> is appended after training so that it takes the last id, as in fairseq's RoBERTa.
+    return trainers.BpeTrainer(
+        vocab_size=vocab_size - 1,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=progress,
+    )
+
+
+def _write_hf_files(engine: tokenizers.Tokenizer, directory: Path) -> None:
+    """vocab.json (with <mask> given the last id) and merges.txt of a trained byte-level BPE."""
     model = json.loads(engine.to_str())["model"]
     vocab = dict(sorted(model["vocab"].items(), key=lambda item: item[1]))
     vocab[BYTE_LEVEL_SPECIALS["mask"]] = len(vocab)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
-
-    # replace_if=(): only an empty `out` may be replaced, as checked above.
-    with atomic_directory(out, replace_if=()) as staging:
-        (staging / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-        (staging / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
-    return Tokenizer.from_hf(out / "vocab.json", out / "merges.txt")
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (directory / "merges.txt").write_text(
+        "#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8"
+    )

@@ -44,12 +44,18 @@ def detect_format(path: str | Path) -> str:
         return "fairseq"
     others = sorted(p.name for p in path.glob("*.pt"))
     if others:  # fairseq names its files freely: sapiens ships checkpoint_vh.pt and checkpoint_vl.pt
-        raise UserError(f"{path}: no model.pt, but {', '.join(others)}: give the .pt file itself "
-                        "(or --checkpoint-file NAME)")
-    raise UserError(f"{path}: not a roberta, HF transformers or fairseq checkpoint (no config.json or model.pt)")
+        raise UserError(
+            f"{path}: no model.pt, but {', '.join(others)}: give the .pt file itself "
+            "(or --checkpoint-file NAME)"
+        )
+    raise UserError(
+        f"{path}: not a roberta, HF transformers or fairseq checkpoint (no config.json or model.pt)"
+    )
 
 
-def load_any(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[RobertaModel, object | None]:
+def load_any(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[RobertaModel, object | None]:
     """Our checkpoint, an HF directory or a fairseq `model.pt`/directory → (model in eval mode, tokenizer)."""
     fmt = detect_format(path)
     if fmt == "roberta":
@@ -77,8 +83,13 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
         WRITERS[to](tmp, model, tokenizer)
         checker = "roberta"
         if to == "hf" and _transformers_available():
-            candidate = verify.transformers_outputs(tmp, tokens, model.config.padding_idx, list(model.heads),
-                                                    lm_head=checkpoint.without_lm_head(model) is None)
+            candidate = verify.transformers_outputs(
+                tmp,
+                tokens,
+                model.config.padding_idx,
+                list(model.heads),
+                lm_head=checkpoint.without_lm_head(model) is None,
+            )
             checker = "transformers"
         else:
             candidate = verify.model_outputs(load_any(tmp)[0].float(), tokens)
@@ -94,9 +105,12 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
             )
     if checkpoint.without_lm_head(model) is not None:
         # Only once DST is complete: no warning may precede a refusal.
-        warnings.warn(f"{src} holds no masked-LM head: "
-                      f"{dst} holds the encoder{' and its heads' if model.heads else ''} "
-                      "only (fill-mask refuses it; transformers' AutoModelForMaskedLM would add a random head)", stacklevel=2)
+        warnings.warn(
+            f"{src} holds no masked-LM head: "
+            f"{dst} holds the encoder{' and its heads' if model.heads else ''} "
+            "only (fill-mask refuses it; transformers' AutoModelForMaskedLM would add a random head)",
+            stacklevel=2,
+        )
     return difference
 
 

@@ -122,7 +122,9 @@ def load_pickle(path: Path, map_location: str | torch.device = "cpu") -> dict:
         # we must not do: one line says what was refused, or else what broke.
         refused = re.search(r"GLOBAL (\S+)", reason)
         if refused:
-            raise UserError(f"{path}: refused to unpickle {refused[1]} (only tensors and plain metadata are loaded)") from None
+            raise UserError(
+                f"{path}: refused to unpickle {refused[1]} (only tensors and plain metadata are loaded)"
+            ) from None
         lines = [line.strip() for line in reason.splitlines() if line.strip()]
         causes = [line for line in lines if not line.startswith(("Check the doc", "Weights only load"))]
         detail = (causes or lines or [type(e).__name__])[-1]
@@ -159,7 +161,9 @@ def fairseq_hyperparameters(ckpt: dict) -> dict:
 # --- import ----------------------------------------------------------------------------------
 
 
-def read_fairseq(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[RobertaModel, object | None]:
+def read_fairseq(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[RobertaModel, object | None]:
     """Import a fairseq RoBERTa `model.pt` (or its directory, with `dict.txt` and the GPT-2 BPE files,
     or a `dict.txt` of plain symbols). A state dict without `lm_head.*` keys gives a model marked
     as having no masked-LM head (`checkpoint.without_lm_head`)."""
@@ -192,9 +196,13 @@ def model_state(ckpt: dict, source: str) -> tuple[dict[str, torch.Tensor], str]:
     state = ckpt.get("model")
     if not isinstance(state, dict):
         raise UserError(f"{source}: no 'model' state dict (keys: {', '.join(map(str, ckpt))})")
-    prefix = next((p for p in ("encoder.", "decoder.") if f"{p}sentence_encoder.embed_tokens.weight" in state), None)
+    prefix = next(
+        (p for p in ("encoder.", "decoder.") if f"{p}sentence_encoder.embed_tokens.weight" in state), None
+    )
     if prefix is None:
-        raise UserError(f"{source}: missing key 'encoder.sentence_encoder.embed_tokens.weight'; not a fairseq RoBERTa")
+        raise UserError(
+            f"{source}: missing key 'encoder.sentence_encoder.embed_tokens.weight'; not a fairseq RoBERTa"
+        )
     return upgrade_names(state, prefix + "sentence_encoder."), prefix
 
 
@@ -221,7 +229,9 @@ def classification_heads(state: dict[str, torch.Tensor]) -> dict[str, dict[str, 
     }
 
 
-def read_fairseq_config(state: dict[str, torch.Tensor], prefix: str, meta: dict, source: str) -> RobertaConfig:
+def read_fairseq_config(
+    state: dict[str, torch.Tensor], prefix: str, meta: dict, source: str
+) -> RobertaConfig:
     """The config the weights' shapes give, with what they cannot show taken from `meta`."""
     mapping.check_fixed(FIXED, meta, source, label="args.")
     s = prefix + "sentence_encoder."
@@ -263,8 +273,10 @@ def write_fairseq(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write `model.pt` (fairseq key names, argparse args) and the tokenizer's files."""
     source = checkpoint.without_lm_head(model)
     if source is not None:
-        raise UserError(f"{source}: holds no masked-LM head, and a fairseq RoBERTa checkpoint must have one "
-                        "(convert it --to hf or --to roberta)")
+        raise UserError(
+            f"{source}: holds no masked-LM head, and a fairseq RoBERTa checkpoint must have one "
+            "(convert it --to hf or --to roberta)"
+        )
     heads = mapping.classifiers_only(head_shapes(model), "fairseq")
     if model.config.padding_idx != 1:
         raise UserError(f"fairseq RoBERTa pads with id 1; this model pads with {model.config.padding_idx}")
@@ -275,8 +287,12 @@ def write_fairseq(directory: Path, model: RobertaModel, tokenizer=None) -> None:
         "model": state,
         # fairseq's checkpoint upgrade reads these; a fresh, untrained history.
         "optimizer_history": [
-            {"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam", "lr_scheduler_state": {"best": None},
-             "num_updates": 0}
+            {
+                "criterion_name": "MaskedLmLoss",
+                "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": None},
+                "num_updates": 0,
+            }
         ],
         "extra_state": {"train_iterator": {"epoch": 1}},
     }
@@ -305,8 +321,9 @@ def write_fairseq_tokenizer(directory: Path, tokenizer) -> None:
     vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
     (directory / "encoder.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     # From the merges, not a merges.txt: an HF tokenizer may have come as a tokenizer.json.
-    (directory / "vocab.bpe").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in tokenizer.merges),
-                                         encoding="utf-8")
+    (directory / "vocab.bpe").write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in tokenizer.merges), encoding="utf-8"
+    )
     (directory / "dict.txt").write_text("".join(f"{i} 1\n" for i in range(4, tokenizer.vocab_size - 1)))
 
 

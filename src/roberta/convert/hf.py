@@ -67,7 +67,9 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # --- import ----------------------------------------------------------------------------------
 
 
-def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> tuple[RobertaModel, object | None]:
+def read_hf(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> tuple[RobertaModel, object | None]:
     """Import an HF `save_pretrained` directory of RobertaForMaskedLM, RobertaForSequenceClassification
     or RobertaModel. Token-type row 0 is folded into the position embeddings (HF adds it to every
     token when no token types are given, which is all RoBERTa ever does)."""
@@ -86,10 +88,14 @@ def read_hf(directory: str | Path, map_location: str | torch.device = "cpu") -> 
         check_vocabulary(tokenizer, config, str(directory))
     model = build_model(config, heads, map_location, initialise=not has_lm_head)
     expected = model.state_dict()
-    ours = mapping.import_state(state, NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head), expected, source)
+    ours = mapping.import_state(
+        state, NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head), expected, source
+    )
     ours["embed_positions.weight"] = ours["embed_positions.weight"] + token_type_row(state, config, source)
     if has_lm_head:
-        mapping.same_tensor(state, "lm_head.decoder.bias", ours["lm_head.bias"], source, "it must equal lm_head.bias")
+        mapping.same_tensor(
+            state, "lm_head.decoder.bias", ours["lm_head.bias"], source, "it must equal lm_head.bias"
+        )
     else:
         ours.update({k: v for k, v in expected.items() if k.startswith("lm_head.")})
     mapping.same_tensor(state, "lm_head.decoder.weight", ours["embed_tokens.weight"], source)
@@ -110,7 +116,9 @@ def read_hf_config(hf: dict, source: str) -> RobertaConfig:
 def weights_file(directory: Path) -> Path:
     weights = next((directory / f for f in WEIGHT_FILES if (directory / f).is_file()), None)
     if weights is None:
-        raise UserError(f"{directory}: no {' or '.join(WEIGHT_FILES)} (sharded checkpoints are not supported)")
+        raise UserError(
+            f"{directory}: no {' or '.join(WEIGHT_FILES)} (sharded checkpoints are not supported)"
+        )
     return weights
 
 
@@ -131,7 +139,9 @@ def classifier_heads(state: dict[str, torch.Tensor], name: str, source: str) -> 
         return {}
     if "classifier.out_proj.weight" not in state:
         raise UserError(f"{source}: missing key 'classifier.out_proj.weight'")
-    return {name: mapping.classifier_spec(state["classifier.out_proj.weight"], state["classifier.dense.weight"])}
+    return {
+        name: mapping.classifier_spec(state["classifier.out_proj.weight"], state["classifier.dense.weight"])
+    }
 
 
 def head_labels(hf: dict, num_classes: int, source: str) -> dict:
@@ -141,10 +151,15 @@ def head_labels(hf: dict, num_classes: int, source: str) -> dict:
     if id2label is None:
         return {}
     keys = [str(i) for i in range(num_classes)]
-    if not (isinstance(id2label, dict) and sorted(id2label) == sorted(keys)
-            and all(isinstance(v, str) and v for v in id2label.values())):
-        raise UserError(f"{source}: id2label must map '0'..'{num_classes - 1}' (the classifier's {num_classes} "
-                        f"outputs) to label names, not {json.dumps(id2label)[:80]}")
+    if not (
+        isinstance(id2label, dict)
+        and sorted(id2label) == sorted(keys)
+        and all(isinstance(v, str) and v for v in id2label.values())
+    ):
+        raise UserError(
+            f"{source}: id2label must map '0'..'{num_classes - 1}' (the classifier's {num_classes} "
+            f"outputs) to label names, not {json.dumps(id2label)[:80]}"
+        )
     labels = [id2label[k] for k in keys]
     return {} if labels == [f"LABEL_{i}" for i in range(num_classes)] else {"labels": labels}
 
@@ -198,7 +213,9 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write an HF `save_pretrained`-style directory into the (empty, temporary) `directory`."""
     heads = mapping.classifiers_only(head_shapes(model), "HF")
     if len(heads) > 1:
-        raise UserError(f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}")
+        raise UserError(
+            f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}"
+        )
     for name, shape in heads.items():
         if shape["inner_dim"] != model.config.hidden_size:
             raise UserError(
@@ -206,7 +223,9 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
                 f"not {shape['inner_dim']}"
             )
     lm_head = checkpoint.without_lm_head(model) is None
-    state = mapping.export_state(model.state_dict(), NAMES.pairs(model.config.num_layers, heads, lm_head=lm_head))
+    state = mapping.export_state(
+        model.state_dict(), NAMES.pairs(model.config.num_layers, heads, lm_head=lm_head)
+    )
     state[TOKEN_TYPES] = torch.zeros(1, model.config.hidden_size, dtype=model.embed_tokens.weight.dtype)
     write_json(directory / "config.json", hf_config(model, tokenizer))
     checkpoint.save_safetensors(state, directory / "model.safetensors")
@@ -229,8 +248,14 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
         "sep_token": names["eos"],
         # RoBERTa's <mask> swallows the space before it, so "Hello <mask>" is two tokens as in fairseq.
         "added_tokens_decoder": {
-            str(i): {"content": names[role], "lstrip": role == "mask" and tokenizer.kind in ("gpt2", "hf"),
-                     "rstrip": False, "normalized": False, "single_word": False, "special": True}
+            str(i): {
+                "content": names[role],
+                "lstrip": role == "mask" and tokenizer.kind in ("gpt2", "hf"),
+                "rstrip": False,
+                "normalized": False,
+                "single_word": False,
+                "special": True,
+            }
             for role, i in sorted(ids.items(), key=lambda item: item[1])
         },
     }
@@ -247,7 +272,9 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
             vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
             (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
             (directory / "merges.txt").write_bytes((directory / "vocab.bpe").read_bytes())
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def export_hf(directory: str | Path, model: RobertaModel, tokenizer=None) -> Path:

@@ -48,7 +48,9 @@ def config_from(
         given = foreign.get(field.theirs)
         if field.ours in values:
             if given is not None and given != values[field.ours]:
-                raise UserError(f"{source}: {label}{field.theirs} is {given}, the weights say {values[field.ours]}")
+                raise UserError(
+                    f"{source}: {label}{field.theirs} is {given}, the weights say {values[field.ours]}"
+                )
         elif given is not None:
             values[field.ours] = given
         elif field.default is REQUIRED:
@@ -81,7 +83,14 @@ def weight_and_bias(ours: str, theirs: Theirs) -> Pairs:
 
 
 # Our modules in each encoder layer, each with a weight and a bias.
-LAYER_MODULES = ("attention.qkv", "attention.out_proj", "attention_layer_norm", "fc1", "fc2", "ffn_layer_norm")
+LAYER_MODULES = (
+    "attention.qkv",
+    "attention.out_proj",
+    "attention_layer_norm",
+    "fc1",
+    "fc2",
+    "ffn_layer_norm",
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,9 @@ def classifiers_only(heads: dict[str, dict], fmt: str) -> dict[str, dict]:
     kind `fmt` has names for."""
     for name, spec in heads.items():
         if spec["kind"] != ClassificationHead.kind:
-            raise UserError(f"head {name!r} is a {spec['kind']} head; {fmt} checkpoints hold classification heads only")
+            raise UserError(
+                f"head {name!r} is a {spec['kind']} head; {fmt} checkpoints hold classification heads only"
+            )
     return heads
 
 
@@ -128,7 +139,9 @@ def classifier_spec(out_proj: torch.Tensor, dense: torch.Tensor) -> dict:
     return {"kind": ClassificationHead.kind, "num_classes": out_proj.shape[0], "inner_dim": dense.shape[0]}
 
 
-def import_state(state: dict[str, torch.Tensor], pairs: Pairs, expected: dict[str, torch.Tensor], source: str) -> dict:
+def import_state(
+    state: dict[str, torch.Tensor], pairs: Pairs, expected: dict[str, torch.Tensor], source: str
+) -> dict:
     """Pop every foreign key of `pairs` from `state` into our names, checking shapes as it goes."""
     ours = {}
     for mine, theirs in pairs:
@@ -139,7 +152,9 @@ def import_state(state: dict[str, torch.Tensor], pairs: Pairs, expected: dict[st
             if name not in state:
                 raise UserError(f"{source}: missing key {name!r}")
             if state[name].shape != part:
-                raise UserError(f"{source}: key {name!r} has shape {list(state[name].shape)}, expected {list(part)}")
+                raise UserError(
+                    f"{source}: key {name!r} has shape {list(state[name].shape)}, expected {list(part)}"
+                )
         ours[mine] = torch.cat([state.pop(n) for n in names]) if len(names) > 1 else state.pop(names[0])
     return ours
 

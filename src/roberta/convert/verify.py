@@ -58,12 +58,18 @@ def transformers_outputs(
     logging.disable_progress_bar()
     try:
         body = transformers.AutoModelForMaskedLM if lm_head else transformers.AutoModel
-        out = body.from_pretrained(directory).float().eval()(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
+        out = (
+            body.from_pretrained(directory)
+            .float()
+            .eval()(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
+        )
         outputs = {f"hidden_states[{i}]": h for i, h in enumerate(out.hidden_states)}
         if lm_head:
             outputs["lm_logits"] = out.logits
         for name in heads:
-            classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
+            classifier = (
+                transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
+            )
             outputs[f"heads.{name}"] = classifier(input_ids=tokens, attention_mask=mask).logits
     finally:
         logging.set_verbosity(verbosity)

@@ -99,19 +99,27 @@ class Split:
         size = bin_path.stat().st_size if bin_path.is_file() else None
         if size != expected:
             found = "is missing" if size is None else f"has {size} bytes"
-            raise UserError(f"{bin_path}: {found}, but {META} says {counts['tokens']} tokens ({expected} bytes): "
-                            "the corpus is damaged (prepare it again)")
+            raise UserError(
+                f"{bin_path}: {found}, but {META} says {counts['tokens']} tokens ({expected} bytes): "
+                "the corpus is damaged (prepare it again)"
+            )
         arrays = []
-        for name, length, last in (("sentences", counts["sentences"], counts["tokens"]),
-                                   ("documents", counts["documents"], counts["sentences"])):
+        for name, length, last in (
+            ("sentences", counts["sentences"], counts["tokens"]),
+            ("documents", counts["documents"], counts["sentences"]),
+        ):
             path = Path(f"{stem}.{name}.npy")
             try:
                 array = np.load(path, mmap_mode="r")
             except (OSError, ValueError) as e:
-                raise UserError(f"{path}: unreadable offsets ({e}): the corpus is damaged (prepare it again)") from None
+                raise UserError(
+                    f"{path}: unreadable offsets ({e}): the corpus is damaged (prepare it again)"
+                ) from None
             if array.shape != (length + 1,) or array[-1] != last:
-                raise UserError(f"{path}: offsets of shape {list(array.shape)} do not end at {last} as {META}'s "
-                                f"counts say ({length + 1} offsets): the corpus is damaged (prepare it again)")
+                raise UserError(
+                    f"{path}: offsets of shape {list(array.shape)} do not end at {last} as {META}'s "
+                    f"counts say ({length + 1} offsets): the corpus is damaged (prepare it again)"
+                )
             arrays.append(array)
         return arrays[0], arrays[1]
 
@@ -182,8 +190,12 @@ class Corpus:
         self.meta = read_meta(self.directory)
         tok = self.meta["tokenizer"]
         self.specials = Specials(
-            bos_id=tok["bos_id"], pad_id=tok["pad_id"], eos_id=tok["eos_id"],
-            unk_id=tok["unk_id"], mask_id=tok["mask_id"], vocab_size=tok["vocab_size"],
+            bos_id=tok["bos_id"],
+            pad_id=tok["pad_id"],
+            eos_id=tok["eos_id"],
+            unk_id=tok["unk_id"],
+            mask_id=tok["mask_id"],
+            vocab_size=tok["vocab_size"],
         )
         self.dtype = np.dtype(self.meta["dtype"])
         self._splits: dict[str, Split] = {}

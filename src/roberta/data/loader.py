@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,6 +40,7 @@ from roberta.data import packing
 from roberta.data.corpus import Corpus
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig, MaskVocab, mask_tokens, masking_rng
 from roberta.errors import UserError
+from roberta.validation import check_fields
 
 _ORDER_STREAM = 0x6F72646572  # keeps the shuffling streams apart from masking and pairing
 _PAIR_STREAM = 0x70616972
@@ -50,9 +52,11 @@ class DataConfig:
     seq_len: int = 512  # tokens per sequence, <s> and </s> included
     masking: MaskingConfig = field(default_factory=MaskingConfig)
 
+    CHOICES: ClassVar = {"format": packing.FORMATS}
+    RANGES: ClassVar = {"seq_len": ">0"}
+
     def __post_init__(self) -> None:
-        if self.format not in packing.FORMATS:
-            raise UserError(f"data: unknown format {self.format!r}; choose one of {', '.join(packing.FORMATS)}")
+        check_fields(self, "data")
 
 
 @dataclass(frozen=True)
@@ -71,15 +75,28 @@ class PretrainDataset(Dataset):
     """Map-style dataset whose item `step` is the whole micro-batch this rank trains on at that step."""
 
     def __init__(
-        self, corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(),
-        micro_batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+        self,
+        corpus_dir: str | Path,
+        *,
+        split: str = "train",
+        config: DataConfig = DataConfig(),
+        micro_batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
     ):
         if not 0 <= rank < world_size:
             raise UserError(f"data: rank {rank} is not in [0, world_size={world_size})")
         if micro_batch_size < 1:
             raise UserError(f"data: micro_batch_size must be >= 1, not {micro_batch_size}")
         corpus = Corpus(corpus_dir)
-        self.config, self.micro_batch_size, self.seed, self.rank, self.world_size = config, micro_batch_size, seed, rank, world_size
+        self.config, self.micro_batch_size, self.seed, self.rank, self.world_size = (
+            config,
+            micro_batch_size,
+            seed,
+            rank,
+            world_size,
+        )
         self.split = corpus.split(split)
         self.specials = corpus.specials
         self.drop_last = split == "train"
@@ -107,7 +124,8 @@ class PretrainDataset(Dataset):
         self._epoch_starts: dict[int, int] = {0: 0}
         if self.batches_in_epoch(0) == 0:
             raise UserError(
-                f"{corpus.directory}: the {split} split is too small for micro_batch_size {micro_batch_size} on {world_size} rank(s)"
+                f"{corpus.directory}: the {split} split is too small for micro_batch_size "
+                f"{micro_batch_size} on {world_size} rank(s)"
             )
 
     # --- planning --------------------------------------------------------------------------
@@ -131,7 +149,9 @@ class PretrainDataset(Dataset):
         else:
             starts, ends = self._blocks
             offsets = self.split.sentence_offsets
-            closed = np.searchsorted(offsets, ends, side="right") - np.searchsorted(offsets, starts, side="right")
+            closed = np.searchsorted(offsets, ends, side="right") - np.searchsorted(
+                offsets, starts, side="right"
+            )
             lengths = (ends - starts) + closed + 1
         rng = np.random.default_rng([self.seed, epoch, _ORDER_STREAM])
         world, rank = self.world_size, self.rank
@@ -140,7 +160,11 @@ class PretrainDataset(Dataset):
             total, order = len(budget), None
         else:
             order, budget = rng.permutation(len(starts)), None
-            total = len(starts) // self.micro_batch_size if self.drop_last else -(-len(starts) // self.micro_batch_size)
+            total = (
+                len(starts) // self.micro_batch_size
+                if self.drop_last
+                else -(-len(starts) // self.micro_batch_size)
+            )
         num = total // world if self.drop_last else len(range(rank, total, world))
         return _Plan(starts, ends, pairs, order, budget, num)
 
@@ -193,7 +217,9 @@ class PretrainDataset(Dataset):
             b = self.split.tokens(int(plan.pairs.b_start[index]), int(plan.pairs.b_end[index]))
             return packing.pair_tokens(self.split.tokens(start, end), b, bos, eos)
         separators = self._document_tokens if self.config.format == packing.FULL_SENTENCES else None
-        return packing.block_tokens(self.split.tokens(start, end), start, self.split.sentence_offsets, separators, bos, eos)
+        return packing.block_tokens(
+            self.split.tokens(start, end), start, self.split.sentence_offsets, separators, bos, eos
+        )
 
     def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
         epoch, indices = self.sequence_indices(step)
@@ -229,8 +255,14 @@ class PretrainLoader:
     """Iterates this rank's batches from `step` on, through DataLoader workers; the position is one number."""
 
     def __init__(
-        self, dataset: PretrainDataset, *, start_step: int = 0, epochs: int | None = None,
-        num_workers: int = 0, pin_memory: bool = False, prefetch_factor: int = 2,
+        self,
+        dataset: PretrainDataset,
+        *,
+        start_step: int = 0,
+        epochs: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        prefetch_factor: int = 2,
     ):
         self.dataset, self.step, self.epochs = dataset, start_step, epochs
         self.num_workers, self.pin_memory, self.prefetch_factor = num_workers, pin_memory, prefetch_factor
@@ -275,16 +307,23 @@ class PretrainLoader:
 
 
 def build_loader(
-    corpus_dir: str | Path, *, split: str = "train", config: DataConfig = DataConfig(), micro_batch_size: int,
-    seed: int, rank: int = 0, world_size: int = 1, start_step: int = 0, epochs: int | None = None,
-    num_workers: int = 0, pin_memory: bool = False, prefetch_factor: int = 2,
+    corpus_dir: str | Path,
+    *,
+    start_step: int = 0,
+    epochs: int | None = None,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    prefetch_factor: int = 2,
+    **dataset_options: Any,
 ) -> PretrainLoader:
     """The loader the trainer uses: training data endless from start_step; `split="valid", epochs=1`
-    for one evaluation pass (no batch dropped)."""
-    dataset = PretrainDataset(
-        corpus_dir, split=split, config=config, micro_batch_size=micro_batch_size, seed=seed, rank=rank, world_size=world_size
-    )
+    for one evaluation pass (no batch dropped). `dataset_options` are `PretrainDataset`'s (split,
+    config, micro_batch_size, seed, rank, world_size)."""
     return PretrainLoader(
-        dataset, start_step=start_step, epochs=epochs, num_workers=num_workers,
-        pin_memory=pin_memory, prefetch_factor=prefetch_factor,
+        PretrainDataset(corpus_dir, **dataset_options),
+        start_step=start_step,
+        epochs=epochs,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        prefetch_factor=prefetch_factor,
     )

@@ -21,8 +21,12 @@ data (the paper's BERT baseline duplicated the data 10 times: copy k = epoch mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
+
+from roberta.errors import UserError
+from roberta.validation import check_fields
 
 IGNORE_INDEX = -100
 
@@ -36,17 +40,21 @@ class MaskingConfig:
     span_length: int = 1  # fairseq's mask_multiple_length
     static_copies: int = 0  # 0: dynamic masking; K > 0: static masking with K copies (paper: 10)
 
-    def __post_init__(self) -> None:
-        from roberta.errors import UserError
+    RANGES: ClassVar = {
+        "mask_prob": "(0,1)",
+        "random_prob": "[0,1]",
+        "keep_prob": "[0,1]",
+        "span_length": ">=1",
+        "static_copies": ">=0",
+    }
 
-        if not 0.0 < self.mask_prob < 1.0:
-            raise UserError(f"masking: mask_prob must be in (0, 1), not {self.mask_prob}")
-        if self.random_prob < 0 or self.keep_prob < 0 or self.random_prob + self.keep_prob > 1.0:
+    def __post_init__(self) -> None:
+        check_fields(self, "masking")
+        if self.random_prob + self.keep_prob > 1.0:
             raise UserError(
-                f"masking: random_prob {self.random_prob} and keep_prob {self.keep_prob} must be >= 0 and sum to <= 1"
+                f"masking: random_prob {self.random_prob} and keep_prob {self.keep_prob} "
+                "must sum to at most 1"
             )
-        if self.span_length < 1 or self.static_copies < 0:
-            raise UserError("masking: span_length must be >= 1 and static_copies >= 0")
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,9 @@ class MaskVocab:
     random_ids: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        ids = np.setdiff1d(np.arange(self.vocab_size, dtype=np.int64), np.asarray(self.special_ids, dtype=np.int64))
+        ids = np.setdiff1d(
+            np.arange(self.vocab_size, dtype=np.int64), np.asarray(self.special_ids, dtype=np.int64)
+        )
         object.__setattr__(self, "random_ids", ids)
 
 

@@ -140,14 +140,20 @@ def make_pairs(
 
 
 def block_tokens(
-    tokens: np.ndarray, start: int, sentence_offsets: np.ndarray, document_token_offsets: np.ndarray | None,
-    bos_id: int, eos_id: int,
+    tokens: np.ndarray,
+    start: int,
+    sentence_offsets: np.ndarray,
+    document_token_offsets: np.ndarray | None,
+    bos_id: int,
+    eos_id: int,
 ) -> np.ndarray:
     """`<s>` + tokens[start:start+len(tokens)] with `</s>` after every sentence end, and a second
     `</s>` at every document end inside the block when document_token_offsets is given."""
     end = start + len(tokens)
     sentence_ends = sentence_offsets[
-        np.searchsorted(sentence_offsets, start, side="right") : np.searchsorted(sentence_offsets, end, side="right")
+        np.searchsorted(sentence_offsets, start, side="right") : np.searchsorted(
+            sentence_offsets, end, side="right"
+        )
     ]
     marks = [sentence_ends]
     if document_token_offsets is not None:
@@ -163,7 +169,9 @@ def pair_tokens(a: np.ndarray, b: np.ndarray, bos_id: int, eos_id: int) -> np.nd
     return np.concatenate([[bos_id], a, [eos_id, eos_id], b, [eos_id]]).astype(np.int64)
 
 
-def budget_batches(lengths: np.ndarray, batch_tokens: int, rng: np.random.Generator, window: int = 100) -> list[np.ndarray]:
+def budget_batches(
+    lengths: np.ndarray, batch_tokens: int, rng: np.random.Generator, window: int = 100
+) -> list[np.ndarray]:
     """Batches of sequence indices whose padded size (count x longest) stays within batch_tokens.
 
     Sequences are shuffled, sorted by length within windows of `window` batches' worth so that
@@ -172,7 +180,9 @@ def budget_batches(lengths: np.ndarray, batch_tokens: int, rng: np.random.Genera
     """
     lengths = np.asarray(lengths)
     if len(lengths) and lengths.max() > batch_tokens:
-        raise UserError(f"token budget {batch_tokens} is smaller than a sequence of {int(lengths.max())} tokens")
+        raise UserError(
+            f"token budget {batch_tokens} is smaller than a sequence of {int(lengths.max())} tokens"
+        )
     order = rng.permutation(len(lengths))
     per_window = max(1, window * batch_tokens // max(1, int(np.median(lengths)) if len(lengths) else 1))
     batches: list[np.ndarray] = []

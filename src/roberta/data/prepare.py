@@ -24,14 +24,18 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
 from roberta.data import corpus as layout
-from roberta.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
 from roberta.errors import UserError
 from roberta.io import publish_directory, write_json
+from roberta.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
+
+if TYPE_CHECKING:
+    from roberta.tokenizer import Tokenizer
 
 PROGRESS = "progress.json"
 PARAMS = "params.json"
@@ -202,19 +206,20 @@ def prepare(
     from roberta.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
-    params = {
-        "format_version": layout.FORMAT_VERSION,
-        "tokenizer": _tokenizer_record(tokenizer),
-        "inputs": [{"path": str(p), "bytes": p.stat().st_size} for p in files],
-        "options": {
-            "line_is_document": line_is_document, "jsonl_text_field": text_field, "errors": errors,
-            "valid_fraction": valid_fraction, "seed": seed, "chunk_bytes": chunk_bytes, "shard_bytes": shard_bytes,
-        },
-    }
+    params = _params(tokenizer, files, options, valid_fraction, seed, chunk_bytes, shard_bytes)
     partial = out_dir.with_name(out_dir.name + ".partial")
     try:
         state = _resume_or_start(partial, params, [p.stat().st_mtime_ns for p in files])
-        _run(files, str(tokenizer_dir), ChunkEncoder(tokenizer, options), params, partial, state, workers, progress)
+        _run(
+            files,
+            str(tokenizer_dir),
+            ChunkEncoder(tokenizer, options),
+            params,
+            partial,
+            state,
+            workers,
+            progress,
+        )
         _finish(partial, params, state, tokenizer)
         publish_directory(partial, out_dir)
     except Exception:
@@ -225,8 +230,15 @@ def prepare(
     return out_dir
 
 
-def _check_options(out_dir: Path, errors: str, valid_fraction: float, workers: int, chunk_bytes: int,
-                   shard_bytes: int, overwrite: bool) -> None:
+def _check_options(
+    out_dir: Path,
+    errors: str,
+    valid_fraction: float,
+    workers: int,
+    chunk_bytes: int,
+    shard_bytes: int,
+    overwrite: bool,
+) -> None:
     if errors not in ("strict", "replace"):
         raise UserError(f"--errors must be 'strict' or 'replace', not {errors!r}")
     if not 0.0 <= valid_fraction < 1.0:
@@ -236,7 +248,35 @@ def _check_options(out_dir: Path, errors: str, valid_fraction: float, workers: i
     if out_dir.exists() and not overwrite:
         raise UserError(f"{out_dir}: already exists (pass --overwrite to replace it)")
     if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: exists and is not a directory (--overwrite replaces a corpus directory only)")
+        raise UserError(
+            f"{out_dir}: exists and is not a directory (--overwrite replaces a corpus directory only)"
+        )
+
+
+def _params(
+    tokenizer: Tokenizer,
+    files: list[Path],
+    options: InputOptions,
+    valid_fraction: float,
+    seed: int,
+    chunk_bytes: int,
+    shard_bytes: int,
+) -> dict:
+    """Everything the corpus depends on: a rerun with the same params resumes a killed one."""
+    return {
+        "format_version": layout.FORMAT_VERSION,
+        "tokenizer": _tokenizer_record(tokenizer),
+        "inputs": [{"path": str(p), "bytes": p.stat().st_size} for p in files],
+        "options": {
+            "line_is_document": options.line_is_document,
+            "jsonl_text_field": options.text_field,
+            "errors": options.errors,
+            "valid_fraction": valid_fraction,
+            "seed": seed,
+            "chunk_bytes": chunk_bytes,
+            "shard_bytes": shard_bytes,
+        },
+    }
 
 
 def _tokenizer_record(tokenizer) -> dict:
@@ -279,17 +319,31 @@ def _remove_unfinished_shards(partial: Path, finished: int) -> None:
 
 
 def _run(
-    files: list[Path], tokenizer_dir: str, encoder: ChunkEncoder, params: dict, partial: Path,
-    state: Progress, workers: int, progress: bool,
+    files: list[Path],
+    tokenizer_dir: str,
+    encoder: ChunkEncoder,
+    params: dict,
+    partial: Path,
+    state: Progress,
+    workers: int,
+    progress: bool,
 ) -> None:
     opts = params["options"]
     chunks = iter_chunks(files, opts["chunk_bytes"], encoder.options, state.next_position, state.next_chunk)
     total = None if any(p.name.endswith(".gz") for p in files) else sum(p.stat().st_size for p in files)
     shard = _ShardInProgress(partial, len(state.shards))
     # The bar starts after the workers: its monitor thread must not exist when they fork.
-    with _EncodingPool(chunks, encoder, tokenizer_dir, workers) as results, tqdm(
-        total=total, initial=state.input_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress
-    ) as bar:
+    with (
+        _EncodingPool(chunks, encoder, tokenizer_dir, workers) as results,
+        tqdm(
+            total=total,
+            initial=state.input_bytes,
+            unit="B",
+            unit_scale=True,
+            desc="prepare",
+            disable=not progress,
+        ) as bar,
+    ):
         for chunk, encoded in results:
             first_document = state.documents
             state.documents += int(encoded.starts.sum())
@@ -370,7 +424,11 @@ def word_start_table(tokenizer) -> np.ndarray:
     each id is asked about behind a plain token: [plain, 0, plain, 1, ...].
     """
     ids = np.arange(tokenizer.vocab_size)
-    plain = int(np.setdiff1d(ids, [tokenizer.bos_id, tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id, tokenizer.mask_id])[0])
+    plain = int(
+        np.setdiff1d(
+            ids, [tokenizer.bos_id, tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id, tokenizer.mask_id]
+        )[0]
+    )
     pairs = np.stack([np.full_like(ids, plain), ids], axis=1).ravel()
     return np.asarray(tokenizer.word_start(pairs), dtype=bool)[1::2]
 
@@ -383,9 +441,13 @@ def _finish(partial: Path, params: dict, state: Progress, tokenizer) -> None:
         splits[split] = {**totals, "shards": shards}
     if splits["train"]["tokens"] == 0:
         found = splits["valid"]["documents"]
-        inputs = ", ".join(i["path"] for i in params["inputs"][:3]) + (" ..." if len(params["inputs"]) > 3 else "")
+        inputs = ", ".join(i["path"] for i in params["inputs"][:3]) + (
+            " ..." if len(params["inputs"]) > 3 else ""
+        )
         if found:
-            raise UserError(f"{inputs}: all {found} documents went to the validation split; lower --valid-fraction")
+            raise UserError(
+                f"{inputs}: all {found} documents went to the validation split; lower --valid-fraction"
+            )
         raise UserError(f"{inputs}: empty corpus (no non-blank lines)")
     np.save(partial / layout.WORD_STARTS, word_start_table(tokenizer))
     tokenizer.save(partial / "tokenizer")

@@ -11,25 +11,24 @@ regression) and `index` [B] (the example's position, so dev predictions can be g
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
 from roberta.tasks.rows import read_records
 from roberta.train.config import JobConfig
 from roberta.train.trainer import EXAMPLES, Batch, Objective
-
-if TYPE_CHECKING:
-    from roberta.tasks.finetune import Task
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,13 @@ class Example:
     line: int = 0  # 1-based line in the file it was read from, for errors naming it
 
 
-def read_labelled_file(path: str | Path, text_column: str, pair_column: str | None = None,
-                       label_column: str | None = None, regression: bool = False) -> list[Example]:
+def read_labelled_file(
+    path: str | Path,
+    text_column: str,
+    pair_column: str | None = None,
+    label_column: str | None = None,
+    regression: bool = False,
+) -> list[Example]:
     """Examples from a .csv, .tsv or .jsonl file; indices are the 0-based row numbers."""
     path = Path(path)
     columns = [c for c in (text_column, pair_column, label_column) if c is not None]
@@ -51,7 +55,11 @@ def read_labelled_file(path: str | Path, text_column: str, pair_column: str | No
     for number, record in read_records(path, columns):
         text = _text(record, text_column, path, number)
         pair = None if pair_column is None else _text(record, pair_column, path, number)
-        label = None if label_column is None else parse_label(record[label_column], regression, path, number, label_column)
+        label = (
+            None
+            if label_column is None
+            else parse_label(record[label_column], regression, path, number, label_column)
+        )
         if by_value and isinstance(label, str):
             label = _by_value(label)
         examples.append(Example(text, pair, label, str(len(examples)), number))
@@ -105,7 +113,9 @@ def parse_label(value: object, regression: bool, path: Path, line: int, column: 
     elif isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         label = _number_name(value)
     else:
-        raise UserError(f"{path}:{line}: {column} {json.dumps(value)} is not a string, a finite number or a boolean")
+        raise UserError(
+            f"{path}:{line}: {column} {json.dumps(value)} is not a string, a finite number or a boolean"
+        )
     if not label.strip():
         raise UserError(f"{path}:{line}: empty {column}")
     return label
@@ -118,8 +128,10 @@ def label_set(examples: Sequence[Example], path: str | Path) -> tuple[str, ...]:
     if not examples or None in labels:
         raise UserError(f"{path}: no labels to learn from")
     if len(labels) == 1:
-        raise UserError(f"{path}: every example has the label {next(iter(labels))!r}; classification needs two "
-                        "labels or more (--regression for numbers to predict)")
+        raise UserError(
+            f"{path}: every example has the label {next(iter(labels))!r}; classification needs two "
+            "labels or more (--regression for numbers to predict)"
+        )
     try:
         return tuple(sorted(labels, key=float))
     except ValueError:
@@ -135,7 +147,9 @@ def label_ids(examples: Sequence[Example], labels: Sequence[str], path: str | Pa
     except KeyError:
         bad = next(e for e in examples if e.label not in ids)
         known = ", ".join(labels[:10]) + (", ..." if len(labels) > 10 else "")
-        raise UserError(f"{path}:{bad.line}: label {bad.label!r} is not one of the training labels ({known})") from None
+        raise UserError(
+            f"{path}:{bad.line}: label {bad.label!r} is not one of the training labels ({known})"
+        ) from None
 
 
 # --- the objective: sentence(-pair) classification and regression on the <s> token -----------
@@ -156,6 +170,12 @@ class SentenceTask:
     def regression(self) -> bool:
         return not self.labels
 
+    @property
+    def heads(self) -> dict[str, dict]:
+        """The one head it trains, as `finetune.check_head` and `attach_heads` take it."""
+        spec = {"kind": "classification", "num_classes": len(self.labels) or 1, "labels": self.labels}
+        return {self.name: spec}
+
 
 def own_data_task(head: str, labels: tuple[str, ...]) -> SentenceTask:
     """Your own data's task: accuracy (picks RUN/best/) and macro F1 for classes; Pearson
@@ -171,8 +191,14 @@ def own_data_metrics(labels: tuple[str, ...]) -> Callable[[np.ndarray, np.ndarra
 
     def figures(predictions: np.ndarray, gold: np.ndarray) -> dict[str, float]:
         if not labels:
-            return {"pearson": float(pearsonr(predictions, gold)[0]), "spearman": float(spearmanr(predictions, gold)[0])}
-        return {"accuracy": float((predictions == gold).mean()), "f1": float(f1_score(gold, predictions, average="macro"))}
+            return {
+                "pearson": float(pearsonr(predictions, gold)[0]),
+                "spearman": float(spearmanr(predictions, gold)[0]),
+            }
+        return {
+            "accuracy": float((predictions == gold).mean()),
+            "f1": float(f1_score(gold, predictions, average="macro")),
+        }
 
     return figures
 
@@ -189,12 +215,15 @@ def label_values(task: SentenceTask, examples: Sequence[Example], path: str | Pa
 
 
 def classify_objective(
-    task: SentenceTask, train: tuple[list[list[int]], list], dev_sets: dict[str, tuple[list[list[int]], list]],
-    job: JobConfig, pad_id: int, rank: int = 0, world: int = 1,
+    task: SentenceTask,
+    train: tuple[list[list[int]], list],
+    dev_sets: dict[str, tuple[list[list[int]], list]],
+    job: JobConfig,
+    pad_id: int,
+    rank: int = 0,
+    world: int = 1,
 ) -> Objective:
     """The objective over encoded examples: `train` and each dev set as (token ids, label values)."""
-    from roberta.tasks.finetune import batched_objective, pad
-
     dtype = torch.float32 if task.regression else torch.long
 
     def collate(token_ids: list[list[int]], gold: list, indices: np.ndarray) -> Batch:
@@ -207,64 +236,83 @@ def classify_objective(
     def held_out(token_ids: list[list[int]], gold: list) -> tuple[list[int], Callable[[np.ndarray], Batch]]:
         return [len(x) for x in token_ids], lambda indices: collate(token_ids, gold, indices)
 
-    def add_heads(model: RobertaModel) -> None:
-        if task.name not in model.heads:
-            model.add_classification_head(task.name, len(task.labels) or 1, labels=task.labels)
-        else:  # a head from the starting checkpoint, its labels the task's or unnamed (check_head)
-            model.heads[task.name].labels = task.labels
-
-    def loss(model: RobertaModel, batch: Batch) -> dict:
-        logits = model.classify(task.name, model(batch["tokens"], select="first").last_hidden_state).float()
-        gold = batch["labels"]
-        if task.regression:
-            predictions = logits.squeeze(-1)
-            out = {"loss": F.mse_loss(predictions, gold, reduction="sum")}
-        else:
-            predictions = logits.argmax(-1)
-            out = {"loss": F.cross_entropy(logits, gold, reduction="sum"), "correct": (predictions == gold).sum()}
-        return {**out, EXAMPLES: {"index": batch["index"], "prediction": predictions, "label": gold}}
-
-    def metrics(sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
-        n = max(sums["loss_count"], 1.0)
-        figures = {"loss": sums["loss"] / n}
-        if "correct" in sums:
-            figures["accuracy"] = sums["correct"] / n
-        if examples:
-            predictions, gold = examples["prediction"], examples["label"]
-            if not task.regression:  # gathered as floats
-                predictions, gold = predictions.astype(np.int64), gold.astype(np.int64)
-            figures.update(task.metrics(predictions, gold))
-        return figures
-
     return batched_objective(
-        task.name, job=job, pad_id=pad_id, rank=rank, world=world,
-        train_lengths=[len(x) for x in train[0]], train_batch=lambda indices: collate(*train, indices),
+        task.name,
+        Batching(job, pad_id, rank, world),
+        train_lengths=[len(x) for x in train[0]],
+        train_batch=lambda indices: collate(*train, indices),
         eval_sets={name: held_out(*dev) for name, dev in dev_sets.items()},
-        add_heads=add_heads, loss=loss, metrics=metrics, best_metric=task.best_metric,
-        figures={name: tuple(dict.fromkeys(["loss", *([] if task.regression else ["accuracy"]), *task.figures]))
-                 for name in dev_sets},
+        heads=task.heads,
+        loss=functools.partial(_loss, task),
+        metrics=functools.partial(_metrics, task),
+        best_metric=task.best_metric,
+        figures={
+            name: tuple(dict.fromkeys(["loss", *([] if task.regression else ["accuracy"]), *task.figures]))
+            for name in dev_sets
+        },
     )
 
 
-def plan_sentences(task: SentenceTask, train_examples: Sequence[Example], train_path: str | Path,
-                   dev_sets: dict[str, tuple[Sequence[Example], str | Path]], job: JobConfig, model: RobertaModel,
-                   tokenizer, source: str | Path) -> Task:
+def _loss(task: SentenceTask, model: RobertaModel, batch: Batch) -> dict:
+    logits = model.classify(task.name, model(batch["tokens"], select="first").last_hidden_state).float()
+    gold = batch["labels"]
+    if task.regression:
+        predictions = logits.squeeze(-1)
+        out = {"loss": F.mse_loss(predictions, gold, reduction="sum")}
+    else:
+        predictions = logits.argmax(-1)
+        out = {"loss": F.cross_entropy(logits, gold, reduction="sum"), "correct": (predictions == gold).sum()}
+    return {**out, EXAMPLES: {"index": batch["index"], "prediction": predictions, "label": gold}}
+
+
+def _metrics(task: SentenceTask, sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
+    figures = mean_loss(sums)
+    if "correct" in sums:
+        figures["accuracy"] = sums["correct"] / max(sums["loss_count"], 1.0)
+    if examples:
+        predictions, gold = examples["prediction"], examples["label"]
+        if not task.regression:  # gathered as floats
+            predictions, gold = predictions.astype(np.int64), gold.astype(np.int64)
+        figures.update(task.metrics(predictions, gold))
+    return figures
+
+
+def plan_sentences(
+    task: SentenceTask,
+    train_examples: Sequence[Example],
+    train_path: str | Path,
+    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer,
+    source: str | Path,
+) -> Task:
     """Sentence(-pair) classification or regression of `model` (fine-tuned from `source`) on
     labelled examples, checked and encoded; RUN/best/ holds the best dev checkpoint, with its head."""
-    from roberta.tasks.finetune import Task, check_head, sequence_length
-
-    spec = {"kind": "classification", "num_classes": len(task.labels) or 1, "labels": task.labels}
-    check_head(model, task.name, spec, source)
     pairs = train_examples[0].pair is not None
-    max_length = sequence_length(job, model, 6 if pairs else 3, "<s> text </s></s> pair </s>" if pairs else "<s> text </s>")
+    max_length = task_length(
+        job,
+        model,
+        source,
+        task.heads,
+        6 if pairs else 3,
+        "<s> text </s></s> pair </s>" if pairs else "<s> text </s>",
+    )
     if task.regression:
         for examples, path in dev_sets.values():
             if len(examples) < 2:
-                raise UserError(f"{path}: {len(examples)} example; Pearson and Spearman need two dev examples or more")
+                raise UserError(
+                    f"{path}: {len(examples)} example; Pearson and Spearman need two dev examples or more"
+                )
     train = (encode(tokenizer, train_examples, max_length), label_values(task, train_examples, train_path))
     dev = {
         name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
         for name, (examples, path) in dev_sets.items()
     }
-    return Task(objective=lambda member, rank, world: classify_objective(task, train, dev, member, tokenizer.pad_id, rank, world),
-                max_length=max_length, run_info={"task": task.name, "labels": list(task.labels)})
+    return Task(
+        objective=lambda member, rank, world: classify_objective(
+            task, train, dev, member, tokenizer.pad_id, rank, world
+        ),
+        max_length=max_length,
+        run_info={"task": task.name, "labels": list(task.labels)},
+    )

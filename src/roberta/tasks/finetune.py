@@ -16,18 +16,19 @@ are, interrupted ones continue from their latest checkpoint, members not begun o
 before their first checkpoint start afresh) or --overwrite (its contents are removed, after
 the plan has passed).
 
-Batches are a function of (seed, epoch, position) only: epoch e's order is a permutation seeded
-by (seed, e), cut into mega-batches of 50 micro-batches, each sorted by length so a batch pads
-little (HF's `group_by_length`), the longest first. Rank r of w takes micro-batches r, r + w, ...
-So a resumed run computes where position p lies instead of replaying what came before.
+Batches are a function of (seed, epoch, position) only (`batching.LengthBatches`): epoch e's
+order is a permutation seeded by (seed, e), cut into mega-batches of 50 micro-batches, each sorted
+by length so a batch pads little (HF's `group_by_length`). So a resumed run computes where
+position p lies instead of replaying what came before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -36,23 +37,32 @@ import numpy as np
 import torch
 
 from roberta import checkpoint
+from roberta.batching import LengthBatches, sorted_batches
 from roberta.errors import UserError
 from roberta.io import read_json, write_json
-from roberta.model import RobertaModel
+from roberta.model import RobertaModel, SpanHead
 from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, ModelSection, load_job_config
 from roberta.train.metrics import training_flops_per_token
 from roberta.train.trainer import RESULTS_FILE, Batch, Objective, RunPlan, TrainResult, batch_plan, plan_run
 from roberta.train.trainer import train as train_run
+from roberta.validation import check_fields
 
-MEGA_BATCH = 50  # micro-batches sorted together: HF's group_by_length factor
-
-# The paper's fine-tuning recipe (shared/docs/REFERENCE.md): AdamW (0.9, 0.98) eps 1e-6, weight
-# decay 0.1, 10 epochs, warmup 6% of updates then linear decay; dev evaluation each epoch.
+# The paper's fine-tuning recipe (Liu et al. 2019, appendix Table 10, GLUE column: weight decay 0.1,
+# 10 epochs, warmup 6% of updates then linear decay) with fairseq's AdamW (0.9, 0.98), eps 1e-6
+# (examples/roberta/README.glue.md); dev evaluation each epoch.
 COMMON_DEFAULTS = [
-    "--optim.betas=[0.9, 0.98]", "--optim.eps=1e-6", "--optim.weight_decay=0.1", "--train.epochs=10",
-    "--schedule.kind=linear", "--schedule.warmup_steps=0", "--schedule.warmup_fraction=0.06",
-    "--train.eval_every=0", "--train.checkpoint_every=0", "--train.eval_batches=0", "--train.keep_last=1",
+    "--optim.betas=[0.9, 0.98]",
+    "--optim.eps=1e-6",
+    "--optim.weight_decay=0.1",
+    "--train.epochs=10",
+    "--schedule.kind=linear",
+    "--schedule.warmup_steps=0",
+    "--schedule.warmup_fraction=0.06",
+    "--train.eval_every=0",
+    "--train.checkpoint_every=0",
+    "--train.eval_batches=0",
+    "--train.keep_last=1",
     "--train.log_every=10",
 ]
 # The paper's grid (batch {16, 32} x LR {1e-5, 2e-5, 3e-5}).
@@ -68,13 +78,27 @@ class FinetuneData:
 
     RANGES: ClassVar = {"max_length": ">0"}
 
+    def __post_init__(self) -> None:
+        check_fields(self, "job", prefix="data.")
+
 
 def load_finetune_job(
-    path: str | Path | None, overrides: Sequence[str], lr: float, batch_size: int, epochs: float = 10, extra: Sequence[str] = ()
+    path: str | Path | None,
+    overrides: Sequence[str],
+    lr: float,
+    batch_size: int,
+    epochs: float = 10,
+    extra: Sequence[str] = (),
 ) -> JobConfig:
     """The paper's recipe with the task's LR, batch and epochs, then the TOML file, then overrides."""
-    defaults = [*COMMON_DEFAULTS, f"--optim.lr={lr}", f"--train.batch_size={batch_size}",
-                f"--train.micro_batch_size={batch_size}", f"--train.epochs={epochs}", *extra]
+    defaults = [
+        *COMMON_DEFAULTS,
+        f"--optim.lr={lr}",
+        f"--train.batch_size={batch_size}",
+        f"--train.micro_batch_size={batch_size}",
+        f"--train.epochs={epochs}",
+        *extra,
+    ]
     return load_job_config(path, list(overrides), data=FinetuneData(), defaults=defaults)
 
 
@@ -106,15 +130,24 @@ def with_model_section(model: RobertaModel, section: ModelSection, source: str |
     default = ModelSection()
     for field in dataclasses.fields(section):
         value = getattr(section, field.name)
-        if field.name not in APPLIED_MODEL_FIELDS and value != getattr(default, field.name):
-            raise UserError(f"model.{field.name} = {value!r}: a fine-tuned model's shape comes from {source}; "
-                            f"fine-tuning applies only model.{', model.'.join(APPLIED_MODEL_FIELDS)}")
-    changes = {name: getattr(section, name) for name in APPLIED_MODEL_FIELDS
-               if getattr(section, name) is not None and getattr(section, name) != getattr(model.config, name)}
+        # Pretraining's forward switches have nothing to act on here: accepted, not refused.
+        allowed = field.name in APPLIED_MODEL_FIELDS or field.name in ModelSection.PRETRAINING_ONLY
+        if not allowed and value != getattr(default, field.name):
+            raise UserError(
+                f"model.{field.name} = {value!r}: a fine-tuned model's shape comes from {source}; "
+                f"fine-tuning applies only model.{', model.'.join(APPLIED_MODEL_FIELDS)}"
+            )
+    changes = {
+        name: getattr(section, name)
+        for name in APPLIED_MODEL_FIELDS
+        if getattr(section, name) is not None and getattr(section, name) != getattr(model.config, name)
+    }
     if not changes:
         return model
     # Dropout rates are read when the modules are built: a model of the new config takes the weights.
-    rebuilt = checkpoint.build_model(dataclasses.replace(model.config, **changes), checkpoint.head_shapes(model))
+    rebuilt = checkpoint.build_model(
+        dataclasses.replace(model.config, **changes), checkpoint.head_shapes(model)
+    )
     rebuilt.load_state_dict(model.state_dict())
     # A body without a masked-LM head stays marked so: its seeded stand-in must not be saved as trained.
     return checkpoint.mark_without_lm_head(rebuilt, checkpoint.without_lm_head(model)).train()
@@ -138,113 +171,132 @@ class Start:
 
 def check_head(model: RobertaModel, name: str, spec: dict, source: str | Path) -> None:
     """A head already in the starting checkpoint must fit the task (`spec`: its kind, outputs
-    and, for classes, labels); a new one is added later. A head without label names takes the
-    task's; one whose label names differ is refused, since its outputs mean other classes."""
+    and, for classes, labels); a new one is added later (`attach_heads`). A head without label
+    names takes the task's; one whose label names differ is refused, since its outputs mean other
+    classes."""
     if name not in model.heads:
         return
     have = model.heads[name].spec()
     if have["kind"] != spec["kind"]:
-        raise UserError(f"{source}: head {name!r} is a {have['kind']} head but the task needs a {spec['kind']} head; "
-                        "start a new head with --init-task")
+        raise UserError(
+            f"{source}: head {name!r} is a {have['kind']} head but the task needs a {spec['kind']} head; "
+            "start a new head with --init-task"
+        )
     if have.get("num_classes") != spec.get("num_classes"):
         raise UserError(
-            f"{source}: head {name!r} has {have.get('num_classes')} outputs but the task has {spec.get('num_classes')}; "
+            f"{source}: head {name!r} has {have.get('num_classes')} outputs but the task has "
+            f"{spec.get('num_classes')}; "
             "start a new head with --init-task"
         )
     labels, wanted = have.get("labels", []), list(spec.get("labels", ()))
     if labels and wanted and labels != wanted:
-        raise UserError(f"{source}: head {name!r} was trained on the labels {', '.join(labels)} but this data has "
-                        f"{', '.join(wanted)}; start a new head with --init-task (or name another head)")
+        raise UserError(
+            f"{source}: head {name!r} was trained on the labels {', '.join(labels)} but this data has "
+            f"{', '.join(wanted)}; start a new head with --init-task (or name another head)"
+        )
 
 
 def sequence_length(job: JobConfig, model: RobertaModel, least: int, layout: str) -> int:
     """The sequence length a task uses: data.max_length within the model's positions, refused
     when it cannot hold `layout` with one token of each text (`least` tokens)."""
     if job.data.max_length < least:
-        raise UserError(f"data.max_length = {job.data.max_length} cannot hold {layout} with one token of text "
-                        f"(it needs at least {least})")
+        raise UserError(
+            f"data.max_length = {job.data.max_length} cannot hold {layout} with one token of text "
+            f"(it needs at least {least})"
+        )
     return min(job.data.max_length, model.config.max_seq_len)
 
 
-class LengthBatches:
-    """This rank's micro-batches of example indices, epoch after epoch, from any position."""
-
-    def __init__(self, lengths: Sequence[int], micro_batch_size: int, seed: int, rank: int, world: int, group_by_length: bool):
-        self.lengths, self.micro_batch_size, self.seed = np.asarray(lengths), micro_batch_size, seed
-        self.rank, self.world, self.group_by_length = rank, world, group_by_length
-        self.per_epoch = -(-len(self.lengths) // micro_batch_size) // world
-        if self.per_epoch == 0:
-            raise UserError(f"{len(self.lengths)} training examples are too few for micro-batches of {micro_batch_size} on {world} rank(s)")
-        self._cache: tuple[int, list[np.ndarray]] | None = None
-
-    def epoch(self, epoch: int) -> list[np.ndarray]:
-        if self._cache is None or self._cache[0] != epoch:
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.lengths))
-            if self.group_by_length:
-                size = MEGA_BATCH * self.micro_batch_size
-                mega = [order[i : i + size] for i in range(0, len(order), size)]
-                order = np.concatenate([m[np.argsort(-self.lengths[m], kind="stable")] for m in mega])
-            batches = [order[i : i + self.micro_batch_size] for i in range(0, len(order), self.micro_batch_size)]
-            self._cache = (epoch, batches[self.rank :: self.world][: self.per_epoch])
-        return self._cache[1]
-
-    def from_position(self, position: int) -> Iterator[np.ndarray]:
-        while True:
-            epoch, i = divmod(position, self.per_epoch)
-            yield self.epoch(epoch)[i]
-            position += 1
+def task_length(
+    job: JobConfig, model: RobertaModel, source: str | Path, heads: dict[str, dict], least: int, layout: str
+) -> int:
+    """What every task checks before it encodes: each head it trains against the starting model
+    (`check_head`, `heads` maps a name to its spec), then the sequence length it uses
+    (`sequence_length`)."""
+    for name, spec in heads.items():
+        check_head(model, name, spec, source)
+    return sequence_length(job, model, least, layout)
 
 
-def eval_batches(lengths: Sequence[int], micro_batch_size: int, rank: int, world: int) -> list[np.ndarray]:
-    """This rank's share of a held-out set, sorted by length so batches pad little."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")
-    batches = [order[i : i + micro_batch_size] for i in range(0, len(order), micro_batch_size)]
-    return batches[rank::world]
+def attach_heads(model: RobertaModel, heads: dict[str, dict]) -> None:
+    """The task's heads (name -> spec, as `check_head` takes) on `model`, in order: a new one
+    for each it lacks; one from the starting checkpoint, its labels the task's or unnamed
+    (`check_head`), takes the task's label names."""
+    for name, spec in heads.items():
+        if name in model.heads:
+            if "labels" in spec:
+                model.heads[name].labels = spec["labels"]
+        elif spec["kind"] == "span":
+            model.add_head(name, SpanHead(model.config))
+        else:
+            model.add_classification_head(name, spec["num_classes"], labels=spec.get("labels", ()))
+
+
+def mean_loss(sums: dict[str, float]) -> dict[str, float]:
+    """A held-out set's loss per example, from the summed loss and its count."""
+    return {"loss": sums["loss"] / max(sums["loss_count"], 1.0)}
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How one process cuts a member's examples into batches: the member's job (batch sizes,
+    seed, data.group_by_length), the padding id, and this process's rank of `world`."""
+
+    job: JobConfig
+    pad_id: int
+    rank: int = 0
+    world: int = 1
 
 
 def batched_objective(
-    name: str, *, job: JobConfig, pad_id: int, rank: int, world: int,
-    train_lengths: Sequence[int], train_batch: Callable[[np.ndarray], Batch],
+    name: str,
+    batching: Batching,
+    *,
+    train_lengths: Sequence[int],
+    train_batch: Callable[[np.ndarray], Batch],
     eval_sets: dict[str, tuple[Sequence[int], Callable[[np.ndarray], Batch]]],
-    add_heads: Callable[[RobertaModel], None], loss: Callable, metrics: Callable, best_metric: str,
+    heads: dict[str, dict],
+    loss: Callable,
+    metrics: Callable,
+    best_metric: str,
     figures: dict[str, Sequence[str]],
     counts: Callable[[Batch], dict[str, float]] = lambda batch: {"loss": len(batch["labels"])},
 ) -> Objective:
     """A fine-tuning Objective whose examples are batched here: training micro-batches by
     `LengthBatches` over `train_lengths`, each held-out set (its lengths, its collate) sorted by
     length. `train_batch` and the collates turn example indices into a batch; `figures` names
-    what `metrics` reports for each held-out set. With several held-out sets, figures (and
-    `best_metric`, read from the first) are named "set/figure"."""
+    what `metrics` reports for each held-out set; `heads` are the task's (`attach_heads`). With
+    several held-out sets, figures (and `best_metric`, read from the first) are named "set/figure"."""
+    job, rank, world = batching.job, batching.rank, batching.world
     micro_batch_size, _ = batch_plan(job, world)
-    batcher = LengthBatches(train_lengths, micro_batch_size, job.train.seed, rank, world, job.data.group_by_length)
+    batcher = LengthBatches(
+        train_lengths, micro_batch_size, job.train.seed, rank, world, job.data.group_by_length
+    )
 
-    def held_out(lengths: Sequence[int], collate: Callable[[np.ndarray], Batch]) -> Callable[[], Iterable[Batch]]:
-        return lambda: (collate(b) for b in eval_batches(lengths, micro_batch_size, rank, world))
+    def held_out(
+        lengths: Sequence[int], collate: Callable[[np.ndarray], Batch]
+    ) -> Callable[[], Iterable[Batch]]:
+        return lambda: (collate(b) for b in sorted_batches(lengths, micro_batch_size, rank, world))
 
     mean_length = round(float(np.mean(train_lengths)))
     return Objective(
         name=name,
-        add_heads=add_heads,
+        add_heads=functools.partial(attach_heads, heads=heads),
         train_batches=lambda start: (train_batch(b) for b in batcher.from_position(start)),
         eval_sets={set_name: held_out(*data) for set_name, data in eval_sets.items()},
         counts=counts,
         loss=loss,
         metrics=metrics,
-        tokens=lambda batch: int(batch["tokens"].ne(pad_id).sum()),
+        tokens=lambda batch: int(batch["tokens"].ne(batching.pad_id).sum()),
         flops_per_token=lambda config: training_flops_per_token(config, mean_length),
         batches_per_epoch=batcher.per_epoch,
         best_metric=best_metric if len(eval_sets) <= 1 else f"{next(iter(eval_sets))}/{best_metric}",
-        figures=tuple(figure if len(eval_sets) == 1 else f"{name}/{figure}" for name in eval_sets for figure in figures[name]),
+        figures=tuple(
+            figure if len(eval_sets) == 1 else f"{name}/{figure}"
+            for name in eval_sets
+            for figure in figures[name]
+        ),
     )
-
-
-def pad(sequences: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> torch.Tensor:
-    """[B, T] ids padded with `pad_id` to the longest sequence (or to `width`)."""
-    width = width or max(len(s) for s in sequences)
-    out = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    for row, s in enumerate(sequences):
-        out[row, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-    return out
 
 
 def runs(job: JobConfig, out: Path, seeds: int, sweep: bool) -> list[tuple[JobConfig, Path]]:
@@ -258,7 +310,8 @@ def runs(job: JobConfig, out: Path, seeds: int, sweep: bool) -> list[tuple[JobCo
             cell = dataclasses.replace(
                 job,
                 optim=dataclasses.replace(job.optim, lr=lr),
-                train=dataclasses.replace(job.train, batch_size=batch, seed=seed),  # micro-batch: at most batch
+                # micro-batch: at most batch
+                train=dataclasses.replace(job.train, batch_size=batch, seed=seed),
             )
             name = (f"bs{batch}-lr{lr:g}-" if sweep else "") + f"seed{seed}"
             planned.append((cell, out if len(cells) * seeds == 1 else out / name))
@@ -278,8 +331,11 @@ def summarize(out: Path, results: list[tuple[JobConfig, Path, TrainResult]]) -> 
         for key, rows in cells.items()
     }
     best_cell = max(summary, key=lambda k: summary[k]["median"])
-    record = {"metric": results[0][2].best["metric"] if results[0][2].best else None, "cells": summary,
-              "best_cell": best_cell}
+    record = {
+        "metric": results[0][2].best["metric"] if results[0][2].best else None,
+        "cells": summary,
+        "best_cell": best_cell,
+    }
     write_json(out / "results.json", record)
     return record
 
@@ -312,14 +368,25 @@ class Member:
     plan: RunPlan | None  # None when done
 
 
-def finetune(job: JobConfig, out: str | Path, start: Start, plan_task: TaskPlanner, *, seeds: int = 1,
-             sweep: bool = False, resume: bool = False, overwrite: bool = False) -> dict:
+def finetune(
+    job: JobConfig,
+    out: str | Path,
+    start: Start,
+    plan_task: TaskPlanner,
+    *,
+    seeds: int = 1,
+    sweep: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> dict:
     """Plan every member (one run, `seeds` seeds, or the paper's grid) whole, then run them; the
     summary (RUN/results.json over several members)."""
     out = Path(out)
     with warnings.catch_warnings(record=True) as caught:
         placement = distributed.setup(job.train.device)
-        task, tokenizer, members = _plan(job, out, start, plan_task, placement, seeds, sweep, resume, overwrite)
+        task, tokenizer, members = _plan(
+            job, out, start, plan_task, placement, seeds, sweep, resume, overwrite
+        )
     for w in caught:  # the plan passed: what it noticed may be shown now
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if placement.is_main and overwrite and out.is_dir():
@@ -329,24 +396,46 @@ def finetune(job: JobConfig, out: str | Path, start: Start, plan_task: TaskPlann
     for member in members:
         if member.mode == "done":
             record = read_json(member.run_dir / RESULTS_FILE)
-            results.append((member.job, member.run_dir, TrainResult(step=0, checkpoint=None, valid={}, skipped_steps=0,
-                                                                      best=record.get("best"))))
+            results.append(
+                (
+                    member.job,
+                    member.run_dir,
+                    TrainResult(step=0, checkpoint=None, valid={}, skipped_steps=0, best=record.get("best")),
+                )
+            )
             continue
         if placement.is_main and member.mode == "restart":
             run_state.clear_directory(member.run_dir)
         distributed.barrier()
         torch.manual_seed(member.job.train.seed)  # the new head's initial weights
         model, _ = start.load(member.job)
-        result = train_run(model, member.objective, member.job, member.run_dir, tokenizer=tokenizer,
-                           placement=placement, run_info={**task.run_info, "init": str(start.source)}, plan=member.plan)
+        result = train_run(
+            model,
+            member.objective,
+            member.job,
+            member.run_dir,
+            tokenizer=tokenizer,
+            placement=placement,
+            run_info={**task.run_info, "init": str(start.source)},
+            plan=member.plan,
+        )
         if task.finish is not None:
             task.finish(member.run_dir, member.job, result, placement)
         results.append((member.job, member.run_dir, result))
     return summarize(out, results)
 
 
-def _plan(job: JobConfig, out: Path, start: Start, plan_task: TaskPlanner, placement: distributed.Placement,
-          seeds: int, sweep: bool, resume: bool, overwrite: bool) -> tuple[Task, object, list[Member]]:
+def _plan(
+    job: JobConfig,
+    out: Path,
+    start: Start,
+    plan_task: TaskPlanner,
+    placement: distributed.Placement,
+    seeds: int,
+    sweep: bool,
+    resume: bool,
+    overwrite: bool,
+) -> tuple[Task, object, list[Member]]:
     if resume and overwrite:
         raise UserError("--resume and --overwrite: give one (continue the run, or replace it)")
     planned = runs(job, out, seeds, sweep)
@@ -355,7 +444,9 @@ def _plan(job: JobConfig, out: Path, start: Start, plan_task: TaskPlanner, place
     task = plan_task(job, model, tokenizer, start.source)
     members = []
     for (member_job, run_dir), mode in zip(planned, modes):
-        member_job = dataclasses.replace(member_job, data=dataclasses.replace(member_job.data, max_length=task.max_length))
+        member_job = dataclasses.replace(
+            member_job, data=dataclasses.replace(member_job.data, max_length=task.max_length)
+        )
         objective = task.objective(member_job, placement.rank, placement.world_size)
         objective.add_heads(model)
         if mode == "done" and not run_state.latest_checkpoint(run_dir):
@@ -364,9 +455,20 @@ def _plan(job: JobConfig, out: Path, start: Start, plan_task: TaskPlanner, place
                 raise UserError(f"{run_dir}: holds a finished {finished!r} run, not a {objective.name!r} one")
             plan = None
         else:
-            plan = plan_run(model, objective, member_job, run_dir, world_size=placement.world_size,
-                            resume=mode in ("resume", "done"), tokenizer=tokenizer)
-        if mode == "done" and plan is not None and not all((run_dir / name).exists() for name in task.outputs):
+            plan = plan_run(
+                model,
+                objective,
+                member_job,
+                run_dir,
+                world_size=placement.world_size,
+                resume=run_state.resumes(mode),
+                tokenizer=tokenizer,
+            )
+        if (
+            mode == "done"
+            and plan is not None
+            and not all((run_dir / name).exists() for name in task.outputs)
+        ):
             mode = "resume"  # killed after its last checkpoint, before its last outputs: finish it
         members.append(Member(member_job, run_dir, mode, objective, None if mode == "done" else plan))
     return task, tokenizer, members

@@ -33,10 +33,13 @@ from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, load_job_config, scaled
 from roberta.train.metrics import training_flops_per_token
 from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan, plan_run, train
+from roberta.validation import check_fields
+
 
 @dataclass(frozen=True)
 class PretrainData:
-    """The [data] section of a pretraining job: how blocks are packed and masked, and where the loss is computed."""
+    """The [data] section of a pretraining job: how blocks are packed and masked. (How the
+    forward computes, `last_layer_masked_only` and `unpad`, is [model]'s.)"""
 
     format: str = "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair
     masking: str = "dynamic"  # dynamic | static
@@ -46,20 +49,25 @@ class PretrainData:
     whole_word: bool = False
     span_length: int = 1  # > 1: mask spans of this many tokens (or words)
     workers: int = 0  # DataLoader worker processes (0: batches built in the training process)
-    # The last layer computes the masked positions only (all the loss reads; the same loss and
-    # gradients, ~85% of that layer's products skipped); false: every position, as HF and fairseq do.
-    last_layer_masked_only: bool = True
-    # The layers compute the real tokens only, padding left out but for attention (the same loss
-    # and gradients, dropout's random stream included); false: every position of the padded batch.
-    unpad: bool = True
 
     CHOICES: ClassVar = {"format": FORMATS, "masking": ("dynamic", "static")}
-    RANGES: ClassVar = {"static_copies": ">0", "seq_len": ">0", "mask_prob": "(0,1)", "span_length": ">0", "workers": ">=0"}
+    RANGES: ClassVar = {
+        "static_copies": ">0",
+        "seq_len": ">0",
+        "mask_prob": "(0,1)",
+        "span_length": ">0",
+        "workers": ">=0",
+    }
+
+    def __post_init__(self) -> None:
+        check_fields(self, "job", prefix="data.")
 
 
 def load_pretrain_job(path: str | Path | None = None, overrides: list[str] = ()) -> JobConfig:
-    """A pretraining job: the paper's recipe, then the TOML file, then the overrides."""
-    return load_job_config(path, overrides, data=PretrainData())
+    """A pretraining job: the paper's recipe, then the TOML file, then the overrides, then
+    `train.scale` applied (batch, steps and warmup shrunk together). What the data decides
+    (epochs into steps) is the only later change, in `trainer.plan_run`."""
+    return scaled(load_job_config(path, overrides, data=PretrainData()))
 
 
 NSP_HEAD = "nsp"
@@ -98,9 +106,13 @@ def mlm_objective(
         loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only, unpad),
         metrics=mlm_metrics,
         tokens=tokens,
-        # The LM head (and the last layer, unless switched off) runs on the masked positions only: count it there.
+        # The LM head (and the last layer, unless switched off) runs on the masked positions only:
+        # count it there.
         flops_per_token=lambda config: training_flops_per_token(
-            config, seq_len, head_tokens=mask_prob, last_layer_tokens=mask_prob if last_layer_masked_only and not nsp else 1.0
+            config,
+            seq_len,
+            head_tokens=mask_prob,
+            last_layer_tokens=mask_prob if last_layer_masked_only and not nsp else 1.0,
         ),
         # No RUN/best by default: a pretraining checkpoint is large and the last one is what is
         # used; --train.best_metric=loss keeps the lowest held-out loss as well.
@@ -115,10 +127,13 @@ def mlm_loss(
     selected = labels.ne(IGNORE_INDEX)
     targets = labels[selected]
     if last_layer_masked_only and not nsp:  # (NSP reads `<s>` as well)
-        logits = model.lm_logits(model(batch["tokens"], select=selected, unpad=unpad).last_hidden_state).float()
+        logits = model.lm_logits(
+            model(batch["tokens"], select=selected, unpad=unpad).last_hidden_state
+        ).float()
     else:
         hidden = model(batch["tokens"], unpad=unpad).last_hidden_state
-        # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small model's FLOPs).
+        # Scoring only masked positions skips ~85% of the vocabulary projection (most of a small
+        # model's FLOPs).
         logits = model.lm_logits(hidden, selected).float()
     out = {
         "mlm": F.cross_entropy(logits, targets, reduction="sum"),
@@ -148,15 +163,17 @@ def sinusoidal_positions(weight: torch.Tensor, padding_idx: int, std: float) -> 
     the position at geometric frequencies, at RMS `std` (the normal init's). The table is still
     learned, so the architecture and every export stay RoBERTa's; what changes is that attention
     can tell near from far at step 0. A 2 x 128 model pretrained for 20 CPU minutes leaves its
-    plateau minutes sooner this way (benchmarks/experiments/recipe-search.md). `[model] position_init` (the CPU recipe)."""
+    plateau minutes sooner this way (benchmarks/experiments/recipe-search.md). `[model] position_init`
+    (the CPU recipe)."""
     width = weight.size(1)
-    position = torch.arange(weight.size(0) - padding_idx - 1, dtype=torch.float32, device=weight.device)[:, None]
-    angle = position * 10000.0 ** (-torch.arange(0, width, 2, dtype=torch.float32, device=weight.device) / width)
+    count = weight.size(0) - padding_idx - 1
+    position = torch.arange(count, dtype=torch.float32, device=weight.device)[:, None]
+    exponent = -torch.arange(0, width, 2, dtype=torch.float32, device=weight.device) / width
+    angle = position * 10000.0**exponent
     scale = std * math.sqrt(2)  # a sin/cos column has RMS 1/sqrt(2)
     weight.zero_()  # the padding row and the one before it stay zero: positions start after padding_idx
     weight[padding_idx + 1 :, 0::2] = angle.sin() * scale
     weight[padding_idx + 1 :, 1::2] = angle[:, : width // 2].cos() * scale
-
 
 
 def pretrain(
@@ -178,7 +195,6 @@ def pretrain(
     `out` follows the run-directory rule (`run_state.directory_modes`): a used directory needs
     `resume` (continue: a finished run goes on if `train.max_steps` grew) or `overwrite`.
     """
-    job = scaled(job)
     out = Path(out)
     placement = distributed.setup(job.train.device)
     (mode,) = run_state.directory_modes(out, [out], resume, overwrite)
@@ -187,14 +203,19 @@ def pretrain(
     if tok is not None:
         check_tokenizer(data, tok)
     else:
-        warnings.warn(f"{data}: no tokenizer in or beside the corpus, so checkpoints will hold the model only "
-                      "(pass --tokenizer DIR to save it with them)", stacklevel=2)
+        warnings.warn(
+            f"{data}: no tokenizer in or beside the corpus, so checkpoints will hold the model only "
+            "(pass --tokenizer DIR to save it with them)",
+            stacklevel=2,
+        )
     torch.manual_seed(job.train.seed)  # every rank builds the same initial weights
     model = _initial_model(job, corpus, data, init_from)
     objective = _objective(job, data, corpus, placement)
     objective.add_heads(model)
-    plan = plan_run(model, objective, job, out, world_size=placement.world_size, resume=mode in ("resume", "done"),
-                    tokenizer=tok)
+    resumed = run_state.resumes(mode)
+    plan = plan_run(
+        model, objective, job, out, world_size=placement.world_size, resume=resumed, tokenizer=tok
+    )
     if placement.is_main and (overwrite or mode == "restart"):  # everything checked: the old run may go
         run_state.clear_directory(out)
     distributed.barrier()
@@ -202,7 +223,9 @@ def pretrain(
     return train(model, objective, job, out, tokenizer=tok, placement=placement, run_info=run_info, plan=plan)
 
 
-def _initial_model(job: JobConfig, corpus: Corpus, data: str | Path, init_from: str | Path | None) -> RobertaModel:
+def _initial_model(
+    job: JobConfig, corpus: Corpus, data: str | Path, init_from: str | Path | None
+) -> RobertaModel:
     """A model of the job's shape, or `init_from` (ours, HF or fairseq), for the corpus's vocabulary."""
     specials = corpus.specials
     if init_from is not None:
@@ -215,20 +238,27 @@ def _initial_model(job: JobConfig, corpus: Corpus, data: str | Path, init_from: 
         if model.config.vocab_size != specials.vocab_size or model.config.padding_idx != specials.pad_id:
             raise UserError(
                 f"--init-from {init_from}: the model has {model.config.vocab_size} tokens (padding id "
-                f"{model.config.padding_idx}), the corpus {specials.vocab_size} (padding id {specials.pad_id})"
+                f"{model.config.padding_idx}), the corpus {specials.vocab_size} (padding id "
+                f"{specials.pad_id})"
             )
         # A body imported without a masked-LM head starts one here from its seeded weights, and trains it.
         model = mark_without_lm_head(model, None).train()
     else:
         model = RobertaModel(job.model_config(specials.vocab_size, specials.pad_id))
         if job.model.position_init == "sinusoidal":
-            sinusoidal_positions(model.embed_positions.weight, model.config.padding_idx, model.config.init_std)
+            sinusoidal_positions(
+                model.embed_positions.weight, model.config.padding_idx, model.config.init_std
+            )
     if job.data.seq_len > model.config.max_seq_len:
-        raise UserError(f"data.seq_len = {job.data.seq_len} exceeds the model's {model.config.max_seq_len} positions")
+        raise UserError(
+            f"data.seq_len = {job.data.seq_len} exceeds the model's {model.config.max_seq_len} positions"
+        )
     return model
 
 
-def _objective(job: JobConfig, data: str | Path, corpus: Corpus, placement: distributed.Placement) -> Objective:
+def _objective(
+    job: JobConfig, data: str | Path, corpus: Corpus, placement: distributed.Placement
+) -> Objective:
     """The masked-LM objective (+ NSP for pair formats) over this rank's share of the corpus."""
     micro_batch_size, _ = batch_plan(job, placement.world_size)
     masking = MaskingConfig(
@@ -241,8 +271,13 @@ def _objective(job: JobConfig, data: str | Path, corpus: Corpus, placement: dist
 
     def dataset(split: str) -> PretrainDataset:
         return PretrainDataset(
-            data, split=split, config=data_config, micro_batch_size=micro_batch_size, seed=job.train.seed,
-            rank=placement.rank, world_size=placement.world_size,
+            data,
+            split=split,
+            config=data_config,
+            micro_batch_size=micro_batch_size,
+            seed=job.train.seed,
+            rank=placement.rank,
+            world_size=placement.world_size,
         )
 
     train_set, valid_set = dataset("train"), dataset("valid")
@@ -256,8 +291,8 @@ def _objective(job: JobConfig, data: str | Path, corpus: Corpus, placement: dist
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
         nsp=job.data.format in PAIR_FORMATS,
-        last_layer_masked_only=job.data.last_layer_masked_only,
-        unpad=job.data.unpad,
+        last_layer_masked_only=job.model.last_layer_masked_only,
+        unpad=job.model.unpad,
     )
 
 

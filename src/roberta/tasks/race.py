@@ -13,9 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.io import read_json
+from roberta.model import RobertaModel
+from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
 from roberta.tokenizer import Tokenizer
+from roberta.train.config import JobConfig
+from roberta.train.trainer import EXAMPLES, Batch, Objective
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -43,20 +52,30 @@ def read_race(directory: str | Path) -> list[RaceExample]:
         for path in sorted((directory / level).glob("*.txt")):
             examples.extend(_read_file(path, level))
     if not examples:
-        raise UserError(f"{directory}: no RACE questions in {' or '.join(f'{level}/*.txt' for level in levels)}")
+        raise UserError(
+            f"{directory}: no RACE questions in {' or '.join(f'{level}/*.txt' for level in levels)}"
+        )
     return examples
 
 
 def _read_file(path: Path, level: str) -> list[RaceExample]:
     record = read_json(path)
-    for name, kind in (("id", str), ("article", str), ("questions", list), ("options", list), ("answers", list)):
+    for name, kind in (
+        ("id", str),
+        ("article", str),
+        ("questions", list),
+        ("options", list),
+        ("answers", list),
+    ):
         if name not in record:
             raise UserError(f"{path}: missing field '{name}'")
         if not isinstance(record[name], kind):
             raise UserError(f"{path}: field '{name}' must be a {'string' if kind is str else 'list'}")
     questions, options, answers = record["questions"], record["options"], record["answers"]
     if not len(questions) == len(options) == len(answers):
-        raise UserError(f"{path}: {len(questions)} questions, {len(options)} option lists and {len(answers)} answers")
+        raise UserError(
+            f"{path}: {len(questions)} questions, {len(options)} option lists and {len(answers)} answers"
+        )
     examples = []
     for i, (question, choices, answer) in enumerate(zip(questions, options, answers)):
         if not isinstance(choices, list) or len(choices) != 4 or not all(isinstance(c, str) for c in choices):
@@ -65,8 +84,16 @@ def _read_file(path: Path, level: str) -> list[RaceExample]:
             raise UserError(f"{path}: answers[{i}]: expected a letter A-D, got {answer!r}")
         if not isinstance(question, str):
             raise UserError(f"{path}: questions[{i}]: expected a string")
-        examples.append(RaceExample(f"{record['id']}-{i}", record["article"], question, tuple(choices),
-                                    LETTERS.index(answer), level))
+        examples.append(
+            RaceExample(
+                f"{record['id']}-{i}",
+                record["article"],
+                question,
+                tuple(choices),
+                LETTERS.index(answer),
+                level,
+            )
+        )
     return examples
 
 
@@ -75,20 +102,30 @@ def _spaces(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
-def encode_choices(tokenizer: Tokenizer, example: RaceExample, max_length: int = 512, max_qa: int = 128) -> list[list[int]]:
+def encode_choices(
+    tokenizer: Tokenizer, example: RaceExample, max_length: int = 512, max_qa: int = 128
+) -> list[list[int]]:
     """For each option, `<s> passage </s></s> question option </s>`: question + option cut to
     `max_qa` tokens, then the passage cut so that the whole fits in `max_length`. As in
     fairseq, an option fills the question's blank (`_`) instead of following it."""
-    qas = [_spaces(example.question.replace("_", option) if "_" in example.question else f"{example.question} {option}")
-           for option in example.options]
+    qas = [
+        _spaces(
+            example.question.replace("_", option)
+            if "_" in example.question
+            else f"{example.question} {option}"
+        )
+        for option in example.options
+    ]
     passage, *qa_ids = tokenizer.tokenize_ids_batch([_spaces(example.article), *qas])
     choices = []
     for qa in qa_ids:
         qa = qa[:max_qa]
         room = max_length - len(qa) - 4
         if room < 1:
-            raise UserError(f"{example.id}: max_length={max_length} leaves no room for the passage after {len(qa)} "
-                            "question+option tokens (raise --data.max_length or lower --max-qa)")
+            raise UserError(
+                f"{example.id}: max_length={max_length} leaves no room for the passage after {len(qa)} "
+                "question+option tokens (raise --data.max_length or lower --max-qa)"
+            )
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
         choices.append([bos, *passage[:room], eos, eos, *qa, eos])
     return choices
@@ -108,24 +145,24 @@ def accuracy_by_level(examples: Sequence[RaceExample], predictions: Sequence[int
 
 # --- fine-tuning: one score per option on <s>, softmax over the 4 -----------------------------
 
-# shared/docs/REFERENCE.md: the paper's RACE recipe.
+# The paper's RACE recipe (Liu et al. 2019, appendix Table 10).
 RACE_LR, RACE_BATCH, RACE_EPOCHS = 1e-5, 16, 4
 RACE_HEAD = "race"
+RACE_HEADS = {RACE_HEAD: {"kind": "classification", "num_classes": 1}}  # one score per option
 
 
-def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
-                   eval_sets: dict[str, tuple[list[list[list[int]]], list[RaceExample]]],
-                   job, pad_id: int, rank: int = 0, world: int = 1):
+def race_objective(
+    train: tuple[list[list[list[int]]], list[RaceExample]],
+    eval_sets: dict[str, tuple[list[list[list[int]]], list[RaceExample]]],
+    job: JobConfig,
+    pad_id: int,
+    rank: int = 0,
+    world: int = 1,
+) -> Objective:
     """The objective over encoded questions (4 id lists each) and their examples: the batch's
     `tokens` are [B*4, T], the head's one output per row is read as [B, 4] option scores."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
 
-    from roberta.tasks.finetune import batched_objective, pad
-    from roberta.train.trainer import EXAMPLES
-
-    def collate(encoded: list[list[list[int]]], items: list[RaceExample], indices) -> dict:
+    def collate(encoded: list[list[list[int]]], items: list[RaceExample], indices: np.ndarray) -> Batch:
         return {
             "tokens": pad([ids for i in indices for ids in encoded[i]], pad_id),
             "labels": torch.tensor([items[i].label for i in indices], dtype=torch.long),
@@ -135,59 +172,79 @@ def race_objective(train: tuple[list[list[list[int]]], list[RaceExample]],
     def lengths(encoded: list[list[list[int]]]) -> list[int]:
         return [max(map(len, c)) for c in encoded]  # a question's four sequences share a batch row's width
 
-    def add_heads(model) -> None:
-        if RACE_HEAD not in model.heads:
-            model.add_classification_head(RACE_HEAD, 1)
-
     def figures(items: list[RaceExample]) -> tuple[str, ...]:
         return ("loss", "accuracy", *(level for level in LEVELS if any(e.level == level for e in items)))
 
-    def loss(model, batch: dict) -> dict:
-        hidden = model(batch["tokens"], select="first").last_hidden_state
-        scores = model.classify(RACE_HEAD, hidden).float().view(-1, len(LETTERS))
-        predictions = scores.argmax(-1)
-        return {"loss": F.cross_entropy(scores, batch["labels"], reduction="sum"),
-                "correct": (predictions == batch["labels"]).sum(),
-                EXAMPLES: {"prediction": predictions, "label": batch["labels"], "level": batch["level"]}}
-
-    def metrics(sums: dict[str, float], gathered: dict[str, np.ndarray]) -> dict[str, float]:
-        n = max(sums["loss_count"], 1.0)
-        figures = {"loss": sums["loss"] / n}
-        if gathered:
-            hits = gathered["prediction"] == gathered["label"]
-            figures["accuracy"] = 100.0 * float(hits.mean())
-            for level, name in enumerate(LEVELS):
-                chosen = gathered["level"] == level
-                if chosen.any():
-                    figures[name] = 100.0 * float(hits[chosen].mean())
-        else:
-            figures["accuracy"] = 100.0 * sums["correct"] / n
-        return figures
-
     return batched_objective(
-        RACE_HEAD, job=job, pad_id=pad_id, rank=rank, world=world,
-        train_lengths=lengths(train[0]), train_batch=lambda indices: collate(*train, indices),
-        eval_sets={name: (lengths(data[0]), lambda indices, data=data: collate(*data, indices))
-                   for name, data in eval_sets.items()},
-        add_heads=add_heads, loss=loss, metrics=metrics, best_metric="accuracy",
+        RACE_HEAD,
+        Batching(job, pad_id, rank, world),
+        train_lengths=lengths(train[0]),
+        train_batch=lambda indices: collate(*train, indices),
+        eval_sets={
+            name: (lengths(data[0]), lambda indices, data=data: collate(*data, indices))
+            for name, data in eval_sets.items()
+        },
+        heads=RACE_HEADS,
+        loss=_loss,
+        metrics=_metrics,
+        best_metric="accuracy",
         figures={name: figures(items) for name, (_, items) in eval_sets.items()},
     )
 
 
-def plan_race(data_dir: str | Path, max_qa: int, job, model, tokenizer, source: str | Path):
+def _loss(model: RobertaModel, batch: Batch) -> dict:
+    hidden = model(batch["tokens"], select="first").last_hidden_state
+    scores = model.classify(RACE_HEAD, hidden).float().view(-1, len(LETTERS))
+    predictions = scores.argmax(-1)
+    return {
+        "loss": F.cross_entropy(scores, batch["labels"], reduction="sum"),
+        "correct": (predictions == batch["labels"]).sum(),
+        EXAMPLES: {"prediction": predictions, "label": batch["labels"], "level": batch["level"]},
+    }
+
+
+def _metrics(sums: dict[str, float], gathered: dict[str, np.ndarray]) -> dict[str, float]:
+    figures = mean_loss(sums)
+    if gathered:
+        hits = gathered["prediction"] == gathered["label"]
+        figures["accuracy"] = 100.0 * float(hits.mean())
+        for level, name in enumerate(LEVELS):
+            chosen = gathered["level"] == level
+            if chosen.any():
+                figures[name] = 100.0 * float(hits[chosen].mean())
+    else:
+        figures["accuracy"] = 100.0 * sums["correct"] / max(sums["loss_count"], 1.0)
+    return figures
+
+
+def plan_race(
+    data_dir: str | Path,
+    max_qa: int,
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer: Tokenizer,
+    source: str | Path,
+) -> Task:
     """RACE from DIR/train, evaluated on DIR/dev and DIR/test (when there), read, checked and
     encoded for `model` (fine-tuned from `source`); RUN/best/ holds the best dev accuracy."""
-    from roberta.tasks.finetune import Task, check_head, sequence_length
-
     if max_qa < 1:
         raise UserError(f"--max-qa must be at least 1, not {max_qa}")
     data_dir = Path(data_dir)
-    splits = {name: read_race(data_dir / name) for name in ("train", "dev", "test")
-              if name != "test" or (data_dir / name).is_dir()}
-    check_head(model, RACE_HEAD, {"kind": "classification", "num_classes": 1}, source)
-    max_length = sequence_length(job, model, 6, "<s> passage </s></s> question option </s>")
-    encoded = {name: ([encode_choices(tokenizer, e, max_length, max_qa) for e in examples], examples)
-               for name, examples in splits.items()}
+    splits = {
+        name: read_race(data_dir / name)
+        for name in ("train", "dev", "test")
+        if name != "test" or (data_dir / name).is_dir()
+    }
+    max_length = task_length(job, model, source, RACE_HEADS, 6, "<s> passage </s></s> question option </s>")
+    encoded = {
+        name: ([encode_choices(tokenizer, e, max_length, max_qa) for e in examples], examples)
+        for name, examples in splits.items()
+    }
     train = encoded.pop("train")
-    return Task(objective=lambda member, rank, world: race_objective(train, encoded, member, tokenizer.pad_id, rank, world),
-                max_length=max_length, run_info={"task": "race"})
+    return Task(
+        objective=lambda member, rank, world: race_objective(
+            train, encoded, member, tokenizer.pad_id, rank, world
+        ),
+        max_length=max_length,
+        run_info={"task": "race"},
+    )

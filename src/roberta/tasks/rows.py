@@ -66,10 +66,14 @@ def read_records(path: str | Path, columns: list[str]) -> Iterator[tuple[int, di
     if path.suffix.lower() == ".jsonl":
         yield from _jsonl_records(path, columns)
         return
-    yield from table_records(path, read_tsv(path) if path.suffix.lower() == ".tsv" else read_csv(path), columns)
+    yield from table_records(
+        path, read_tsv(path) if path.suffix.lower() == ".tsv" else read_csv(path), columns
+    )
 
 
-def table_records(path: Path, rows: Iterator[tuple[int, list[str]]], columns: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
+def table_records(
+    path: Path, rows: Iterator[tuple[int, list[str]]], columns: list[str]
+) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, {column: field}) for the rows after the header that `rows` starts with (a
     line number of 0: a header the file does not have, supplied by the caller)."""
     header_line, header = next(rows, (0, None))
@@ -77,7 +81,9 @@ def table_records(path: Path, rows: Iterator[tuple[int, list[str]]], columns: li
         raise UserError(f"{path}: empty file")
     for name in columns:
         if name not in header:
-            raise UserError(f"{path}:{header_line}: no column {name!r} in the header (columns: {', '.join(header)})")
+            raise UserError(
+                f"{path}:{header_line}: no column {name!r} in the header (columns: {', '.join(header)})"
+            )
     indices = [header.index(name) for name in columns]
     for number, fields in rows:
         if len(fields) != len(header):

@@ -1,472 +1,42 @@
-"""SQuAD v1.1 / v2.0 extractive QA: the official JSON, windows over long contexts, decoding of
-start/end logits back to context text, and the official metrics (written here, same numbers).
-
-    examples = read_squad("dev-v2.0.json", "2.0")
-    features = make_windows(tokenizer, examples, train=False)
-    ... the model gives start/end logits per window ...
-    decoded = decode(examples, features.windows, start_logits, end_logits, version="2.0")
-    threshold, _ = choose_null_threshold(examples, decoded.best_spans, decoded.null_odds)
-    write_predictions("predictions.json", apply_null_threshold(decoded.best_spans, decoded.null_odds, threshold))
-    evaluate_squad("dev-v2.0.json", "predictions.json", "2.0")  # {"exact_match": .., "f1": .., ...}
-
-A window is `<s> question </s></s> context-window </s>`. Answers are located through the
-tokenizer's character offsets, so a token span maps back to the original context characters
-(byte-level BPE spaces, newlines and non-ASCII included). An answer that starts or ends inside a
-token (about 1% of SQuAD dev: "1990" in "1990s") maps to the smallest token span covering it.
+"""SQuAD fine-tuning: the span objective on the windows of `tasks/squad_data.py` (which reads,
+windows, decodes and scores SQuAD without torch), and the plan of a `roberta finetune squad` run.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import string
-import warnings
-from collections import Counter
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
+from roberta.batching import pad
 from roberta.errors import UserError
-from roberta.io import read_json, write_json
-from roberta.tokenizer import Tokenizer
-
-VERSIONS = ("1.1", "2.0")
-# The official v2.0 script's default --na-prob-thresh: with a null-odds file, a question whose
-# odds exceed it counts as answered "no answer" in exact/f1 (not in best_*).
-OFFICIAL_NA_PROB_THRESH = 1.0
-
-
-@dataclass(frozen=True)
-class SquadExample:
-    id: str
-    question: str
-    context: str
-    answers: tuple[tuple[str, int], ...]  # (text, char_start) per gold answer; () when impossible
-    impossible: bool = False
-
-
-# ---------------------------------------------------------------- reading
-
-
-def _check_version(version: str) -> None:
-    if version not in VERSIONS:
-        raise UserError(f"SQuAD version must be one of {', '.join(VERSIONS)}, got {version!r}")
-
-
-def _field(obj, name: str, kind: type, path: Path, where: str):
-    if not isinstance(obj, dict):
-        raise UserError(f"{path}: {where}: expected a JSON object")
-    if name not in obj:
-        raise UserError(f"{path}: {where}: missing field '{name}'")
-    value = obj[name]
-    # bool is an int in Python; an answer_start of `true` is still bad input.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise UserError(f"{path}: {where}.{name}: expected {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def read_squad(path: str | Path, version: str) -> list[SquadExample]:
-    """Every question of an official SQuAD JSON file (data / paragraphs / qas), in file order.
-
-    v2.0 questions marked `is_impossible` have no gold answers; in a v1.1 file every question
-    must have one (a v2.0 file read as v1.1 is refused rather than scored wrongly)."""
-    _check_version(version)
-    path = Path(path)
-    examples: list[SquadExample] = []
-    seen: set[str] = set()
-    for i, article in enumerate(_field(read_json(path), "data", list, path, "top level")):
-        for j, paragraph in enumerate(_field(article, "paragraphs", list, path, f"data[{i}]")):
-            where = f"data[{i}].paragraphs[{j}]"
-            context = _field(paragraph, "context", str, path, where)
-            if not context:
-                raise UserError(f"{path}: {where}.context: empty")
-            for k, qa in enumerate(_field(paragraph, "qas", list, path, where)):
-                examples.append(_read_question(qa, context, version, seen, path, f"{where}.qas[{k}]"))
-    if not examples:
-        # Nothing to train on or score: a metric over no questions would read as a score of 0.
-        raise UserError(f"{path}: no questions (data / paragraphs / qas are empty)")
-    return examples
-
-
-def _read_question(qa, context: str, version: str, seen: set[str], path: Path, where: str) -> SquadExample:
-    qid = _field(qa, "id", str, path, where)
-    if qid in seen:
-        raise UserError(f"{path}: {where}.id: duplicate question id {qid!r}")
-    seen.add(qid)
-    question = _field(qa, "question", str, path, where)
-    impossible = version == "2.0" and bool(qa.get("is_impossible", False))
-    answers = []
-    for a, answer in enumerate(_field(qa, "answers", list, path, where)):
-        at = f"{where}.answers[{a}]"
-        answers.append((_field(answer, "text", str, path, at), _field(answer, "answer_start", int, path, at)))
-    if not answers and not impossible:
-        hint = " (a SQuAD v2.0 file? use version 2.0)" if version == "1.1" else " and is not marked is_impossible"
-        raise UserError(f"{path}: {where}.answers: question {qid!r} has no answer{hint}")
-    return SquadExample(qid, question, context, tuple(answers), impossible)
-
-
-# ---------------------------------------------------------------- windows
-
-
-@dataclass
-class SquadWindow:
-    """One model input: `<s> question </s></s> context[window] </s>`.
-
-    Context tokens are `tokens[context_start:context_end]`; `offsets[k]` is the (start, end)
-    character span in the example's context of context token k (a view shared by the windows
-    of one context). `start_position`/`end_position` index `tokens`: the answer's tokens,
-    or 0 (`<s>`) when the answer is not inside this window, the question is impossible, or the
-    windows were made for evaluation."""
-
-    tokens: np.ndarray  # int32 [T]
-    example_index: int
-    context_start: int
-    offsets: np.ndarray  # int32 [context_end - context_start, 2]
-    start_position: int = 0
-    end_position: int = 0
-
-    @property
-    def context_end(self) -> int:
-        return self.context_start + len(self.offsets)
-
-
-@dataclass
-class SquadFeatures:
-    windows: list[SquadWindow]
-    # Training questions whose answer_start does not point at their answer text, or whose
-    # answer covers no token (all whitespace): skipped, never trained on.
-    mismatched_ids: list[str]
-
-    @property
-    def mismatched(self) -> int:
-        return len(self.mismatched_ids)
-
-
-def make_windows(tokenizer: Tokenizer, examples: Sequence[SquadExample], max_length: int = 384, stride: int = 128,
-                 max_query: int = 64, *, train: bool) -> SquadFeatures:
-    """Windows over each example's context, every window holding the (truncated) question.
-
-    `stride` is the number of context tokens two consecutive windows share, as HF's `doc_stride`
-    is used by its question-answering recipe (`run_qa.py` passes it as the tokenizer's overflow
-    `stride`); Google's BERT `run_squad.py` instead moves each window `doc_stride` tokens on.
-    Each window holds up to `max_length - len(question) - 4` context tokens.
-
-    With `train`, each window gets the first gold answer's token positions (or `<s>` where the
-    answer lies outside the window, and for impossible questions); a question whose answer
-    cannot be located is skipped, counted in `mismatched_ids`, and named in a warning.
-    """
-    if max_query < 1 or stride < 0:
-        raise UserError(f"max_query must be positive and stride non-negative (got {max_query}, {stride})")
-    # HF's recipe strips leading whitespace: some SQuAD questions start with many spaces.
-    questions = tokenizer.tokenize_ids_batch([e.question.lstrip() for e in examples])
-    encoded: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # a context is tokenized once for all its questions
-    windows: list[SquadWindow] = []
-    mismatched: list[str] = []
-    for index, (example, question) in enumerate(zip(examples, questions)):
-        if example.context not in encoded:
-            ids, offsets = tokenizer.tokenize_with_offsets(example.context)
-            encoded[example.context] = (np.asarray(ids, dtype=np.int32), np.asarray(offsets, dtype=np.int32).reshape(-1, 2))
-        context_ids, offsets = encoded[example.context]
-        answer = None
-        if train and not example.impossible:
-            answer = _answer_tokens(example, offsets)
-            if answer is None:
-                mismatched.append(example.id)
-                continue
-        prefix = [tokenizer.bos_id, *question[:max_query], tokenizer.eos_id, tokenizer.eos_id]
-        budget = max_length - len(prefix) - 1
-        if budget <= stride:
-            raise UserError(f"max_length={max_length} leaves {budget} context tokens per window, "
-                            f"not more than stride={stride}")
-        for begin, end in _window_bounds(len(context_ids), budget, stride):
-            start = end_ = 0
-            if answer is not None and begin <= answer[0] and answer[1] < end:
-                start, end_ = answer[0] - begin + len(prefix), answer[1] - begin + len(prefix)
-            tokens = np.concatenate([prefix, context_ids[begin:end], [tokenizer.eos_id]]).astype(np.int32)
-            windows.append(SquadWindow(tokens, index, len(prefix), offsets[begin:end], start, end_))
-    if mismatched:
-        warnings.warn(f"{len(mismatched)} SQuAD question(s) skipped in training: answer_start does not match "
-                      f"the answer text (first: {mismatched[0]})", stacklevel=2)
-    return SquadFeatures(windows, mismatched)
-
-
-def _window_bounds(n: int, budget: int, stride: int) -> list[tuple[int, int]]:
-    bounds = [(0, min(n, budget))]
-    while bounds[-1][1] < n:
-        begin = bounds[-1][1] - stride
-        bounds.append((begin, min(n, begin + budget)))
-    return bounds
-
-
-def _answer_tokens(example: SquadExample, offsets: np.ndarray) -> tuple[int, int] | None:
-    """First and last context token of the first gold answer: the smallest token span covering
-    its characters; None when answer_start does not point at the text, or no token covers it."""
-    text, start = example.answers[0]
-    end = start + len(text)
-    if example.context[start:end] != text:
-        return None
-    covering = np.flatnonzero((offsets[:, 1] > start) & (offsets[:, 0] < end) & (offsets[:, 1] > offsets[:, 0]))
-    if len(covering) == 0:
-        return None
-    return int(covering[0]), int(covering[-1])
-
-
-def answer_windows(max_seq_len: int) -> tuple[int, int, int]:
-    """(max_length, stride, max_query) for reading contexts with a model of `max_seq_len`
-    positions: the paper's 384-token windows with HF's doc_stride 128 and 64 question tokens on
-    a model that holds them; on a shorter one the window is the model's and stride and question
-    shrink in proportion (a 128-token window shares 42 tokens, keeps 32 of the question), so
-    that a window always brings more new context than it shares."""
-    max_length = min(SQUAD_MAX_LENGTH, max_seq_len)
-    stride, max_query = min(128, max_length // 3), min(64, max_length // 4)
-    # The longest question leaves max_length - max_query - 4 context tokens (<s> q </s></s> ... </s>).
-    if max_length - max_query - 4 <= stride:
-        raise UserError(f"the model's {max_seq_len} positions are too few to hold a question and a context window "
-                        f"(at least 10 are needed)")
-    return max_length, stride, max_query
-
-
-# ---------------------------------------------------------------- decoding
-
-
-@dataclass(frozen=True)
-class Span:
-    text: str
-    score: float  # start logit + end logit
-    char_start: int
-
-
-@dataclass
-class Decoded:
-    predictions: dict[str, str]  # the official predictions file: "" where v2.0's null wins
-    best_spans: dict[str, str]  # the best non-null span of every question
-    null_odds: dict[str, float]  # v2.0: null score - best span score (empty for v1.1)
-    nbest: dict[str, list[Span]]  # up to n_best distinct spans per question, best first
-
-
-def decode(examples: Sequence[SquadExample], windows: Sequence[SquadWindow], start_logits: Sequence[np.ndarray],
-           end_logits: Sequence[np.ndarray], n_best: int = 20, max_answer_length: int = 30,
-           null_threshold: float = 0.0, *, version: str) -> Decoded:
-    """Answers from per-window start/end logits (one row per window, padded rows allowed).
-
-    In each window the `n_best` highest start and end logits among the context tokens are
-    paired (end >= start, at most `max_answer_length` tokens) and scored start + end; the best
-    span over all windows of a question wins. For v2.0, as in Google's and HF's reference
-    decoding, the null score is the smallest `<s>` start + end over the question's windows, and
-    the question is predicted unanswerable ("") when null score - best span score exceeds
-    `null_threshold`."""
-    _check_version(version)
-    by_example: dict[int, list[int]] = {}
-    for w, window in enumerate(windows):
-        by_example.setdefault(window.example_index, []).append(w)
-    best_spans, null_odds, nbest = {}, {}, {}
-    for index, ws in by_example.items():
-        example = examples[index]
-        spans: dict[tuple[int, int], float] = {}
-        for w in ws:
-            start, end = (np.asarray(logits[w], dtype=np.float64) for logits in (start_logits, end_logits))
-            for score, char_start, char_end in _window_spans(windows[w], start, end, n_best, max_answer_length):
-                spans[char_start, char_end] = max(score, spans.get((char_start, char_end), -np.inf))
-        ranked = sorted(spans.items(), key=lambda item: -item[1])[:n_best]
-        nbest[example.id] = [Span(example.context[s:e], score, s) for (s, e), score in ranked]
-        # A context of only spaces has no span: no answer, with infinite odds.
-        best = nbest[example.id][0] if ranked else Span("", -np.inf, 0)
-        best_spans[example.id] = best.text
-        if version == "2.0":
-            null_score = min(float(start_logits[w][0]) + float(end_logits[w][0]) for w in ws)
-            null_odds[example.id] = null_score - best.score
-    predictions = apply_null_threshold(best_spans, null_odds, null_threshold) if version == "2.0" else dict(best_spans)
-    return Decoded(predictions, best_spans, null_odds, nbest)
-
-
-def _window_spans(window: SquadWindow, start: np.ndarray, end: np.ndarray, n_best: int,
-                  max_answer_length: int) -> list[tuple[float, int, int]]:
-    """(score, char_start, char_end) of the valid pairs among the window's top start/end tokens."""
-    c0, c1 = window.context_start, window.context_end
-    # Top-k among context tokens only: a high logit on the question or a separator can never
-    # be an answer, and would only crowd valid candidates out of the k.
-    starts = np.argsort(-start[c0:c1], kind="stable")[:n_best]
-    ends = np.argsort(-end[c0:c1], kind="stable")[:n_best]
-    i, j = np.meshgrid(starts, ends, indexing="ij")
-    char_start, char_end = window.offsets[i, 0], window.offsets[j, 1]
-    # A lone space token has an empty span: a span of only such tokens has no text.
-    valid = (j >= i) & (j - i + 1 <= max_answer_length) & (char_end > char_start)
-    i, j = i[valid], j[valid]
-    scores = start[c0 + i] + end[c0 + j]
-    return list(zip(scores.tolist(), char_start[valid].tolist(), char_end[valid].tolist()))
-
-
-def apply_null_threshold(best_spans: dict[str, str], null_odds: dict[str, float], threshold: float) -> dict[str, str]:
-    """v2.0 predictions: "" where a question's null odds exceed `threshold`, its best span elsewhere."""
-    return {qid: "" if null_odds[qid] > threshold else text for qid, text in best_spans.items()}
-
-
-def choose_null_threshold(examples: Sequence[SquadExample], best_spans: dict[str, str], null_odds: dict[str, float],
-                          metric: str = "f1") -> tuple[float, float]:
-    """The null-odds threshold that maximizes dev `metric` ('f1' or 'exact_match') when applied
-    to `best_spans`, and that score (percent): the official v2.0 script's best_* search."""
-    if metric not in ("f1", "exact_match"):
-        raise ValueError(f"metric must be 'f1' or 'exact_match', not {metric!r}")
-    golds = {e.id: _gold_v2(e) for e in examples if e.id in best_spans}
-    score = f1_v2 if metric == "f1" else exact_match
-    scores = {qid: max(score(best_spans[qid], g) for g in gold) for qid, gold in golds.items()}
-    has_answer = {qid: gold != [""] for qid, gold in golds.items()}
-    best, threshold = _find_best_threshold(best_spans, scores, null_odds, has_answer)
-    return threshold, best
-
-
-# ---------------------------------------------------------------- official metrics
-
-
-def normalize_answer(text: str) -> str:
-    """Lower case, punctuation removed, articles (a, an, the) removed, whitespace collapsed."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-_PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-
-
-def exact_match(prediction: str, gold: str) -> int:
-    return int(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def f1_v1(prediction: str, gold: str) -> float:
-    """v1.1's token F1: 0 when no normalized token is shared (both empty included)."""
-    return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
-
-
-def f1_v2(prediction: str, gold: str) -> float:
-    """v2.0's token F1: as v1.1, except that an empty side scores 1 if both are empty."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not ref:
-        return float(pred == ref)
-    return _token_f1(pred, ref)
-
-
-def _token_f1(pred: list[str], ref: list[str]) -> float:
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _gold_v2(example: SquadExample) -> list[str]:
-    # v2.0 drops gold answers that normalize to nothing; with none left the gold is "no answer".
-    return [text for text, _ in example.answers if normalize_answer(text)] or [""]
-
-
-def squad_scores(examples: Sequence[SquadExample], predictions: dict[str, str], version: str,
-                 null_odds: dict[str, float] | None = None) -> dict:
-    """The official metrics in percent. v1.1: exact_match, f1. v2.0 adds HasAns_*/NoAns_* and,
-    with null odds, best_exact/best_f1 and their thresholds. Both report `total` and `missing`.
-
-    A question without a prediction scores 0 and is counted in `missing` (the official v1.1
-    script does the same; the v2.0 script would drop it from the totals or fail)."""
-    _check_version(version)
-    if version == "1.1":
-        exact = {e.id: max(exact_match(predictions[e.id], t) for t, _ in e.answers) if e.id in predictions else 0
-                 for e in examples}
-        f1 = {e.id: max(f1_v1(predictions[e.id], t) for t, _ in e.answers) if e.id in predictions else 0.0
-              for e in examples}
-        return {"exact_match": _percent(exact), "f1": _percent(f1), "total": len(exact),
-                "missing": sum(e.id not in predictions for e in examples)}
-    golds = {e.id: _gold_v2(e) for e in examples}
-    has_answer = {qid: gold != [""] for qid, gold in golds.items()}
-    answered = {qid for qid in golds if qid in predictions}
-    exact = {qid: max(exact_match(predictions[qid], g) for g in golds[qid]) if qid in answered else 0 for qid in golds}
-    f1 = {qid: max(f1_v2(predictions[qid], g) for g in golds[qid]) if qid in answered else 0.0 for qid in golds}
-    # In the odds file's order: the best-threshold search breaks ties in odds by it, as the official script does.
-    odds = {qid: v for qid, v in (null_odds or {}).items() if qid in answered}
-    # The official script applies its default threshold to exact/f1 whenever odds are given.
-    thresholded = [{qid: float(not has_answer[qid]) if odds.get(qid, 0.0) > OFFICIAL_NA_PROB_THRESH else s
-                    for qid, s in scores.items()} for scores in (exact, f1)]
-    result = {"exact_match": _percent(thresholded[0]), "f1": _percent(thresholded[1]), "total": len(golds)}
-    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
-        qids = [qid for qid in golds if has_answer[qid] == wanted]
-        if qids:
-            result[f"{prefix}_exact"] = _percent({q: thresholded[0][q] for q in qids})
-            result[f"{prefix}_f1"] = _percent({q: thresholded[1][q] for q in qids})
-            result[f"{prefix}_total"] = len(qids)
-    if null_odds is not None:
-        result["best_exact"], result["best_exact_thresh"] = _find_best_threshold(predictions, exact, odds, has_answer)
-        result["best_f1"], result["best_f1_thresh"] = _find_best_threshold(predictions, f1, odds, has_answer)
-    result["missing"] = len(golds) - len(answered)
-    return result
-
-
-def _percent(scores: dict[str, float]) -> float:
-    return 100.0 * sum(scores.values()) / len(scores) if scores else 0.0
-
-
-def _find_best_threshold(predictions: dict[str, str], scores: dict[str, float], null_odds: dict[str, float],
-                         has_answer: dict[str, bool]) -> tuple[float, float]:
-    """The official v2.0 `find_best_thresh`: start from every question predicted "no answer",
-    then answer questions in increasing null odds, keeping the best running score. Questions
-    without odds (no prediction) keep their score of 0 throughout."""
-    qids = sorted((qid for qid in null_odds if qid in scores), key=null_odds.__getitem__)
-    current = best = sum(1 for qid in qids if not has_answer[qid])
-    threshold = 0.0
-    for qid in qids:
-        if has_answer[qid]:
-            current += scores[qid]
-        elif predictions[qid]:
-            current -= 1
-        if current > best:
-            best, threshold = current, null_odds[qid]
-    return 100.0 * best / len(scores), threshold
-
-
-def evaluate_squad(dataset_path: str | Path, predictions_path: str | Path, version: str,
-                   null_odds_path: str | Path | None = None) -> dict:
-    """`squad_scores` for an official dataset file and predictions file ({id: text}), with an
-    optional v2.0 null-odds file ({id: number}). Missing predictions are also named in a warning."""
-    _check_version(version)
-    if null_odds_path is not None and version != "2.0":
-        raise UserError("null odds are only used by SQuAD v2.0")
-    examples = read_squad(dataset_path, version)
-    predictions = _read_mapping(predictions_path, str)
-    null_odds = None
-    if null_odds_path is not None:
-        # null: odds JSON cannot hold, +infinity (a context with no span, such as only spaces), as we write them.
-        null_odds = _read_mapping(null_odds_path, (int, float), null=math.inf)
-        lacking = [e.id for e in examples if e.id in predictions and e.id not in null_odds]
-        if lacking:
-            raise UserError(f"{null_odds_path}: no null odds for {len(lacking)} predicted question(s) (first: {lacking[0]})")
-    result = squad_scores(examples, predictions, version, null_odds)
-    if result["missing"]:
-        warnings.warn(f"{predictions_path}: {result['missing']} question(s) have no prediction and score 0", stacklevel=2)
-    return result
-
-
-def _read_mapping(path: str | Path, kind, null: object = None) -> dict:
-    """{question id: value of `kind`}; a JSON null reads as `null` where one is given."""
-    values = read_json(path)
-    for qid, value in values.items():
-        if value is None and null is not None:
-            values[qid] = value = null
-        if not isinstance(value, kind) or isinstance(value, bool):
-            wanted = "a string" if kind is str else "a number"
-            raise UserError(f"{path}: {qid!r}: expected {wanted}, got {type(value).__name__}")
-        # Python's JSON reader takes NaN; odds that do not compare would order the threshold search at random.
-        if isinstance(value, float) and np.isnan(value):
-            raise UserError(f"{path}: {qid!r}: expected a number, got NaN")
-    return values
-
-
-def write_predictions(path: str | Path, predictions: dict) -> None:
-    """A predictions ({id: text}) or null-odds ({id: float}) file in the official format, written atomically."""
-    write_json(path, predictions)
-
-
-# ---------------------------------------------------------------- fine-tuning
-
-# shared/docs/REFERENCE.md: the paper's SQuAD recipe.
-SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_MAX_LENGTH = 1.5e-5, 48, 2, 384
+from roberta.model import RobertaModel
+from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
+from roberta.tasks.squad_data import (
+    SquadExample,
+    SquadWindow,
+    apply_null_threshold,
+    check_version,
+    choose_null_threshold,
+    decode,
+    make_windows,
+    predict_windows,
+    read_squad,
+    squad_scores,
+    window_logits,
+    write_predictions,
+)
+from roberta.train import distributed
+from roberta.train.config import JobConfig
+from roberta.train.trainer import BEST_DIR, EXAMPLES, Batch, Objective, TrainResult
+
+# The paper's SQuAD recipe (Liu et al. 2019, appendix Table 10).
+SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS = 1.5e-5, 48, 2
 
 
 @dataclass(frozen=True)
@@ -478,39 +48,51 @@ class SquadTask:
     def answerable(self) -> str:
         return f"{self.name}-answerable"
 
-
-def window_logits(model, name: str, hidden, tokens, pad_id: int):
-    """Start and end logits [B, T] in float32, padding pushed to the lowest value so that it is
-    never a training target's rival nor a decoded span."""
-    import torch
-
-    start, end = (x.float() for x in model.classify(name, hidden))
-    padding = tokens.eq(pad_id)
-    low = torch.finfo(torch.float32).min
-    return start.masked_fill(padding, low), end.masked_fill(padding, low)
+    @property
+    def heads(self) -> dict[str, dict]:
+        """The span head, and for v2.0 the answerable classifier (`finetune.attach_heads`)."""
+        heads: dict[str, dict] = {self.name: {"kind": "span"}}
+        if self.version == "2.0":
+            heads[self.answerable] = {"kind": "classification", "num_classes": 2}
+        return heads
 
 
-def decode_windows(task: SquadTask, examples: Sequence[SquadExample], windows: Sequence[SquadWindow],
-                   window_index: np.ndarray, start: np.ndarray, end: np.ndarray) -> Decoded:
-    """`decode` over the windows whose logits came back (rows in any order, as gathered)."""
-    rows = np.asarray(window_index, dtype=np.int64)
-    return decode(examples, [windows[w] for w in rows], start, end, version=task.version)
+def _loss(task: SquadTask, pad_id: int, model: RobertaModel, batch: Batch) -> dict:
+    """(CE(start) + CE(end)) / 2 per window, as HF's QA head; for v2.0 plus CE of the answerable
+    classifier on `<s>` (the paper sums the two losses). A dev batch gives its logits instead."""
+    tokens = batch["tokens"]
+    hidden = model(tokens).last_hidden_state
+    start, end = window_logits(model, task.name, hidden, tokens, pad_id)
+    if "window" in batch:
+        return {EXAMPLES: {"window": batch["window"], "start": start, "end": end}}
+    total = (
+        F.cross_entropy(start, batch["start_position"], reduction="sum")
+        + F.cross_entropy(end, batch["end_position"], reduction="sum")
+    ) / 2
+    if task.version == "2.0":
+        # Answerable per window: a window without the answer is trained, like an impossible
+        # question, to point at <s>, so its span targets and its class agree.
+        answerable = batch["start_position"].gt(0).long()
+        answerable_logits = model.classify(task.answerable, hidden).float()
+        total = total + F.cross_entropy(answerable_logits, answerable, reduction="sum")
+    return {"loss": total}
 
 
-def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: tuple[Sequence[SquadExample], Sequence[SquadWindow]],
-                    job, pad_id: int, max_length: int, rank: int = 0, world: int = 1):
-    """Span extraction on windows: (CE(start) + CE(end)) / 2 per window, as HF's QA head; for
-    v2.0 plus CE of the answerable classifier on `<s>` (the paper sums the two losses). Dev:
-    every window's logits gathered, decoded and scored with the official metric."""
-    import torch
-    import torch.nn.functional as F
-
-    from roberta.tasks.finetune import batched_objective, pad
-    from roberta.train.trainer import EXAMPLES
-
+def squad_objective(
+    task: SquadTask,
+    train_windows: Sequence[SquadWindow],
+    dev: tuple[Sequence[SquadExample], Sequence[SquadWindow]],
+    job: JobConfig,
+    pad_id: int,
+    max_length: int,
+    rank: int = 0,
+    world: int = 1,
+) -> Objective:
+    """Span extraction on windows (`_loss`). Dev: every window's logits gathered, decoded and
+    scored with the official metric."""
     dev_examples, dev_windows = dev
 
-    def train_batch(indices: np.ndarray) -> dict:
+    def train_batch(indices: np.ndarray) -> Batch:
         chosen = [train_windows[i] for i in indices]
         return {
             "tokens": pad([w.tokens for w in chosen], pad_id),
@@ -518,117 +100,106 @@ def squad_objective(task: SquadTask, train_windows: Sequence[SquadWindow], dev: 
             "end_position": torch.tensor([w.end_position for w in chosen], dtype=torch.long),
         }
 
-    def dev_batch(indices: np.ndarray) -> dict:
+    def dev_batch(indices: np.ndarray) -> Batch:
         # A fixed width: gathered [B, T] logits are concatenated across batches and ranks.
-        return {"tokens": pad([dev_windows[i].tokens for i in indices], pad_id, max_length),
-                "window": torch.from_numpy(indices.astype(np.int64))}
-
-    def add_heads(model) -> None:
-        from roberta.model import SpanHead
-
-        if task.name not in model.heads:
-            model.add_head(task.name, SpanHead(model.config))
-        if task.version == "2.0" and task.answerable not in model.heads:
-            model.add_classification_head(task.answerable, 2)
-
-    def loss(model, batch: dict) -> dict:
-        tokens = batch["tokens"]
-        hidden = model(tokens).last_hidden_state
-        start, end = window_logits(model, task.name, hidden, tokens, pad_id)
-        if "window" in batch:
-            return {EXAMPLES: {"window": batch["window"], "start": start, "end": end}}
-        total = (F.cross_entropy(start, batch["start_position"], reduction="sum")
-                 + F.cross_entropy(end, batch["end_position"], reduction="sum")) / 2
-        if task.version == "2.0":
-            # Answerable per window: a window without the answer is trained, like an impossible
-            # question, to point at <s>, so its span targets and its class agree.
-            answerable = batch["start_position"].gt(0).long()
-            total = total + F.cross_entropy(model.classify(task.answerable, hidden).float(), answerable, reduction="sum")
-        return {"loss": total}
+        return {
+            "tokens": pad([dev_windows[i].tokens for i in indices], pad_id, max_length),
+            "window": torch.from_numpy(indices.astype(np.int64)),
+        }
 
     def metrics(sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
-        figures = {"loss": sums["loss"] / max(sums["loss_count"], 1.0)} if "loss" in sums else {}
+        figures = mean_loss(sums) if "loss" in sums else {}
         if examples:
-            decoded = decode_windows(task, dev_examples, dev_windows, examples["window"], examples["start"], examples["end"])
+            # The windows whose logits came back, in any order (as gathered).
+            rows = [dev_windows[w] for w in np.asarray(examples["window"], dtype=np.int64)]
+            decoded = decode(dev_examples, rows, examples["start"], examples["end"], version=task.version)
             odds = decoded.null_odds if task.version == "2.0" else None
             figures.update(squad_scores(dev_examples, decoded.predictions, task.version, odds))
         return figures
 
     return batched_objective(
-        task.name, job=job, pad_id=pad_id, rank=rank, world=world,
-        train_lengths=[len(w.tokens) for w in train_windows], train_batch=train_batch,
+        task.name,
+        Batching(job, pad_id, rank, world),
+        train_lengths=[len(w.tokens) for w in train_windows],
+        train_batch=train_batch,
         eval_sets={"dev": ([len(w.tokens) for w in dev_windows], dev_batch)},
-        add_heads=add_heads, loss=loss, metrics=metrics, best_metric="f1",
+        heads=task.heads,
+        loss=functools.partial(_loss, task, pad_id),
+        metrics=metrics,
+        best_metric="f1",
         # The scores' names depend on the dev set (v2.0's HasAns_*/NoAns_* on which kinds it holds).
-        figures={"dev": tuple(squad_scores(dev_examples, {}, task.version, {} if task.version == "2.0" else None))},
+        figures={
+            "dev": tuple(squad_scores(dev_examples, {}, task.version, {} if task.version == "2.0" else None))
+        },
         counts=lambda batch: {} if "window" in batch else {"loss": len(batch["tokens"])},
     )
 
 
-def predict_windows(model, task: SquadTask, examples: Sequence[SquadExample], windows: Sequence[SquadWindow],
-                    pad_id: int, batch_size: int = 32, n_best: int = 20) -> Decoded:
-    """Decoded answers of a fine-tuned model (on its own device) for windows made with train=False,
-    up to `n_best` spans per question."""
-    import torch
-
-    from roberta.tasks.finetune import pad
-
-    device = next(model.parameters()).device
-    width = max(len(w.tokens) for w in windows)
-    starts, ends = [], []
-    was_training = model.training
-    model.eval()
-    with torch.inference_mode():
-        for i in range(0, len(windows), batch_size):
-            tokens = pad([w.tokens for w in windows[i : i + batch_size]], pad_id, width).to(device)
-            hidden = model(tokens, unpad=True).last_hidden_state
-            start, end = window_logits(model, task.name, hidden, tokens, pad_id)
-            starts.append(start.cpu().numpy())
-            ends.append(end.cpu().numpy())
-    model.train(was_training)
-    return decode(examples, windows, np.concatenate(starts), np.concatenate(ends), n_best, version=task.version)
-
-
-def plan_squad(version: str, train_path: str | Path, dev_path: str | Path, job, model, tokenizer, source: str | Path,
-               *, name: str = "squad", stride: int = 128, max_query: int = 64):
+def plan_squad(
+    version: str,
+    train_path: str | Path,
+    dev_path: str | Path,
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer,
+    source: str | Path,
+    *,
+    name: str = "squad",
+    stride: int = 128,
+    max_query: int = 64,
+) -> Task:
     """SQuAD read, checked and cut into windows for `model` (fine-tuned from `source`); RUN/best/
     holds the best dev F1, and RUN/predictions.json (v2.0: at the null threshold best on dev,
     with RUN/null_odds.json) are that checkpoint's dev answers."""
-    from roberta.tasks.finetune import Task, check_head, sequence_length
-
     task = SquadTask(version, name)
-    _check_version(version)
+    check_version(version)
     train_examples, dev_examples = read_squad(train_path, version), read_squad(dev_path, version)
-    for path, examples in ((train_path, train_examples), (dev_path, dev_examples)):
-        if not examples:
-            raise UserError(f"{path}: no questions")
-    check_head(model, task.name, {"kind": "span"}, source)
-    if version == "2.0":
-        check_head(model, task.answerable, {"kind": "classification", "num_classes": 2}, source)
-    max_length = sequence_length(job, model, 6, "<s> question </s></s> context </s>")
+    max_length = task_length(job, model, source, task.heads, 6, "<s> question </s></s> context </s>")
     train_windows = make_windows(tokenizer, train_examples, max_length, stride, max_query, train=True).windows
     if not train_windows:
         raise UserError(f"{train_path}: no question could be trained on (every answer_start mismatched)")
     dev_windows = make_windows(tokenizer, dev_examples, max_length, stride, max_query, train=False).windows
-
-    def finish(run_dir: Path, member, result, placement) -> None:
-        from roberta.convert import load_any
-        from roberta.train.trainer import BEST_DIR
-
-        if placement.is_main and result.best is not None:
-            best, _ = load_any(Path(run_dir) / BEST_DIR)
-            decoded = predict_windows(best.to(placement.device), task, dev_examples, dev_windows, tokenizer.pad_id,
-                                      member.train.micro_batch_size)
-            predictions = decoded.predictions
-            if version == "2.0":
-                threshold, _ = choose_null_threshold(dev_examples, decoded.best_spans, decoded.null_odds)
-                predictions = apply_null_threshold(decoded.best_spans, decoded.null_odds, threshold)
-                write_predictions(Path(run_dir) / "null_odds.json", decoded.null_odds)
-            write_predictions(Path(run_dir) / "predictions.json", predictions)
-
     return Task(
-        objective=lambda member, rank, world: squad_objective(task, train_windows, (dev_examples, dev_windows), member,
-                                                              tokenizer.pad_id, max_length, rank, world),
-        max_length=max_length, run_info={"task": f"squad-{version}"},
-        outputs=("predictions.json", *(("null_odds.json",) if version == "2.0" else ())), finish=finish,
+        objective=lambda member, rank, world: squad_objective(
+            task,
+            train_windows,
+            (dev_examples, dev_windows),
+            member,
+            tokenizer.pad_id,
+            max_length,
+            rank,
+            world,
+        ),
+        max_length=max_length,
+        run_info={"task": f"squad-{version}"},
+        outputs=("predictions.json", *(("null_odds.json",) if version == "2.0" else ())),
+        finish=functools.partial(_write_dev_answers, task, dev_examples, dev_windows, tokenizer.pad_id),
     )
+
+
+def _write_dev_answers(
+    task: SquadTask,
+    dev_examples: Sequence[SquadExample],
+    dev_windows: Sequence[SquadWindow],
+    pad_id: int,
+    run_dir: Path,
+    member: JobConfig,
+    result: TrainResult,
+    placement: distributed.Placement,
+) -> None:
+    """RUN/predictions.json (v2.0: at the null threshold best on dev, with RUN/null_odds.json):
+    the dev answers of a finished run's RUN/best/ checkpoint."""
+    from roberta.convert import load_any
+
+    if placement.is_main and result.best is not None:
+        best, _ = load_any(Path(run_dir) / BEST_DIR)
+        best = best.to(placement.device)
+        decoded = predict_windows(
+            best, task.name, task.version, dev_examples, dev_windows, pad_id, member.train.micro_batch_size
+        )
+        predictions = decoded.predictions
+        if task.version == "2.0":
+            threshold, _ = choose_null_threshold(dev_examples, decoded.best_spans, decoded.null_odds)
+            predictions = apply_null_threshold(decoded.best_spans, decoded.null_odds, threshold)
+            write_predictions(Path(run_dir) / "null_odds.json", decoded.null_odds)
+        write_predictions(Path(run_dir) / "predictions.json", predictions)

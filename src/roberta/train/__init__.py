@@ -7,5 +7,6 @@ precision.py   autocast and fp16 dynamic loss scaling
 distributed.py torchrun process groups, DDP / FSDP2 wrapping, gradient-sync control
 run_state.py   a run's atomic checkpoints and exact-resume state
 metrics.py     metrics.jsonl, TensorBoard, curves.png, MFU
-trainer.py     the loop and the `Objective` a task brings to it
+trainer.py     the loop, read as its parts (`train_step`, logging, evaluation keeping the best,
+               checkpoint writing), and the `Objective` a task brings to it
 """

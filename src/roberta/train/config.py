@@ -4,7 +4,9 @@ A job file has the sections [model], [data], [optim], [schedule] and [train]; ev
 field below, every field has a default, so a file only states what differs. [data] belongs to
 the task: its dataclass is passed in by the task (`load_job_config(..., data=PretrainData)`), so
 a fine-tuning job has no masking or packing options. Each section may declare `CHOICES` (allowed
-values) and `RANGES` (bounds) for its fields; a value outside them is refused with its source.
+values) and `RANGES` (bounds) for its fields (`roberta.validation`): a value read from a file or
+an override is refused with its file and line, or the override, and the field; a section built
+in code checks itself.
 `train.scale` shrinks a paper-sized recipe by one number (see `scaled`); `budget` turns epochs
 and fractions into steps once the task knows how many batches an epoch holds.
 """
@@ -15,17 +17,29 @@ import dataclasses
 import math
 import re
 import tomllib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
+from roberta.validation import check_fields, check_value, field_types
+
+
+class JobSection:
+    """A section of the job file: built, it checks its fields against its annotations, `CHOICES`
+    and `RANGES`, naming them `NAME.field` in the refusal."""
+
+    NAME: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        check_fields(self, "job", prefix=f"{self.NAME}.")
 
 
 @dataclass(frozen=True)
-class ModelSection:
+class ModelSection(JobSection):
+    NAME: ClassVar = "model"
+
     preset: str = "base"
     # Any of these replaces the preset's value; None keeps it. vocab_size comes from the tokenizer.
     hidden_size: int | None = None
@@ -40,11 +54,31 @@ class ModelSection:
     # How the position table starts when the model is built from scratch: "normal" like every
     # other weight, or "sinusoidal" (tasks.pretrain.sinusoidal_positions; still learned).
     position_init: str = "normal"
+    # How pretraining's forward computes, the same loss and gradients either way (fine-tuning
+    # ignores them). The last layer computes the masked positions only (all the loss reads; ~85%
+    # of that layer's products skipped); false: every position, as HF and fairseq do.
+    last_layer_masked_only: bool = True
+    # The layers compute the real tokens only, padding left out but for attention (dropout's
+    # random stream included); false: every position of the padded batch.
+    unpad: bool = True
 
-    CHOICES: ClassVar = {"preset": ("tiny", "medium", "base", "large"), "position_init": ("normal", "sinusoidal")}
+    # Fields that choose how a model is built or run rather than its shape (not RobertaConfig's).
+    NOT_CONFIG: ClassVar = ("preset", "position_init", "last_layer_masked_only", "unpad")
+    PRETRAINING_ONLY: ClassVar = ("last_layer_masked_only", "unpad")
+    CHOICES: ClassVar = {
+        "preset": ("tiny", "medium", "base", "large"),
+        "position_init": ("normal", "sinusoidal"),
+    }
     RANGES: ClassVar = {
-        "hidden_size": ">0", "num_layers": ">0", "num_heads": ">0", "ffn_size": ">0", "max_positions": ">0",
-        "dropout": "[0,1)", "attention_dropout": "[0,1)", "classifier_dropout": "[0,1)", "init_std": ">0",
+        "hidden_size": ">0",
+        "num_layers": ">0",
+        "num_heads": ">0",
+        "ffn_size": ">0",
+        "max_positions": ">0",
+        "dropout": "[0,1)",
+        "attention_dropout": "[0,1)",
+        "classifier_dropout": "[0,1)",
+        "init_std": ">0",
     }
 
 
@@ -54,7 +88,9 @@ class NoData:
 
 
 @dataclass(frozen=True)
-class OptimSection:
+class OptimSection(JobSection):
+    NAME: ClassVar = "optim"
+
     lr: float = 6e-4
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-6
@@ -69,7 +105,9 @@ class OptimSection:
 
 
 @dataclass(frozen=True)
-class ScheduleSection:
+class ScheduleSection(JobSection):
+    NAME: ClassVar = "schedule"
+
     kind: str = "linear"  # linear | polynomial | wsd (warmup-stable-decay)
     warmup_steps: int = 24000
     power: float = 1.0  # polynomial decay exponent
@@ -79,12 +117,18 @@ class ScheduleSection:
 
     CHOICES: ClassVar = {"kind": ("linear", "polynomial", "wsd")}
     RANGES: ClassVar = {
-        "warmup_steps": ">=0", "power": ">0", "end_lr": ">=0", "decay_fraction": "[0,1]", "warmup_fraction": "[0,1)"
+        "warmup_steps": ">=0",
+        "power": ">0",
+        "end_lr": ">=0",
+        "decay_fraction": "[0,1]",
+        "warmup_fraction": "[0,1)",
     }
 
 
 @dataclass(frozen=True)
-class TrainSection:
+class TrainSection(JobSection):
+    NAME: ClassVar = "train"
+
     batch_size: int = 8192  # sequences per optimizer step, over all ranks
     micro_batch_size: int = 32  # sequences per forward pass on one rank
     max_steps: int = 500000
@@ -103,12 +147,22 @@ class TrainSection:
     peak_tflops: float = 0.0  # for MFU; 0 = known GPU table or a measured CPU matmul peak
 
     CHOICES: ClassVar = {
-        "precision": ("auto", "fp32", "bf16", "fp16"), "parallel": ("ddp", "fsdp"), "device": ("auto", "cpu", "cuda"),
+        "precision": ("auto", "fp32", "bf16", "fp16"),
+        "parallel": ("ddp", "fsdp"),
+        "device": ("auto", "cpu", "cuda"),
     }
     RANGES: ClassVar = {
-        "batch_size": ">0", "micro_batch_size": ">0", "max_steps": ">0", "epochs": ">=0", "scale": ">0",
-        "log_every": ">0", "eval_every": ">=0", "eval_batches": ">=0", "checkpoint_every": ">=0",
-        "keep_last": ">=0", "peak_tflops": ">=0",
+        "batch_size": ">0",
+        "micro_batch_size": ">0",
+        "max_steps": ">0",
+        "epochs": ">=0",
+        "scale": ">0",
+        "log_every": ">0",
+        "eval_every": ">=0",
+        "eval_batches": ">=0",
+        "checkpoint_every": ">=0",
+        "keep_last": ">=0",
+        "peak_tflops": ">=0",
     }
 
 
@@ -122,8 +176,7 @@ class JobConfig:
 
     def model_config(self, vocab_size: int, padding_idx: int = 1) -> RobertaConfig:
         m = self.model
-        not_config_fields = ("preset", "position_init")
-        chosen = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in not_config_fields}
+        chosen = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in m.NOT_CONFIG}
         overrides = {k: v for k, v in chosen.items() if v is not None}
         return RobertaConfig.preset(m.preset, vocab_size=vocab_size, padding_idx=padding_idx, **overrides)
 
@@ -132,7 +185,10 @@ class JobConfig:
 
 
 def load_job_config(
-    path: str | Path | None = None, overrides: list[str] = (), data: object = NoData(), defaults: list[str] = ()
+    path: str | Path | None = None,
+    overrides: list[str] = (),
+    data: object = NoData(),
+    defaults: list[str] = (),
 ) -> JobConfig:
     """Read a TOML job file (or start from defaults) and apply `--section.key=value` overrides.
 
@@ -203,56 +259,13 @@ def _set(job: JobConfig, key: str, value, where: str) -> JobConfig:
     if section_name not in sections:
         raise UserError(f"{where}: unknown section {section_name!r} (known: {', '.join(sorted(sections))})")
     section = getattr(job, section_name)
-    hints = {k: v for k, v in typing.get_type_hints(type(section)).items() if typing.get_origin(v) is not ClassVar}
+    hints = field_types(type(section))
     if name not in hints:
-        raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(f'{section_name}.{k}' for k in hints)})")
-    value = _coerce(value, hints[name], key, where)
-    choices = getattr(section, "CHOICES", {}).get(name)
-    if choices and value not in choices:
-        raise UserError(f"{where}: {key} = {value!r} is not one of {', '.join(choices)}")
-    bounds = getattr(section, "RANGES", {}).get(name)
-    if bounds and value is not None and not all(_within(v, bounds) for v in (value if isinstance(value, tuple) else (value,))):
-        raise UserError(f"{where}: {key} = {value!r} is out of range (must be {_describe(bounds)})")
+        raise UserError(
+            f"{where}: unknown key {key!r} (known: {', '.join(f'{section_name}.{k}' for k in hints)})"
+        )
+    value = check_value(type(section), name, value, where, prefix=f"{section_name}.")
     return dataclasses.replace(job, **{section_name: dataclasses.replace(section, **{name: value})})
-
-
-_UnionType = type(int | None)
-
-
-def _coerce(value, hint, key: str, where: str):
-    """Check a TOML value against a field's type; ints pass as floats, arrays as tuples."""
-    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
-    for option in options:
-        if option is type(None):
-            continue
-        if option is bool and isinstance(value, bool):
-            return value
-        if option is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if option is str and isinstance(value, str):
-            return value
-        if typing.get_origin(option) is tuple and isinstance(value, list):
-            kinds = typing.get_args(option)
-            if len(value) == len(kinds) and all(isinstance(v, (int, float)) for v in value):
-                return tuple(float(v) for v in value)
-    wanted = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
-    raise UserError(f"{where}: {key} expects {wanted}, got {value!r}")
-
-
-
-def _within(value: float, bounds: str) -> bool:
-    if bounds in (">0", ">=0"):
-        return value > 0 if bounds == ">0" else value >= 0
-    low, high = bounds[1:-1].split(",")
-    above = value >= float(low) if bounds[0] == "[" else value > float(low)
-    below = value <= float(high) if bounds[-1] == "]" else value < float(high)
-    return above and below
-
-
-def _describe(bounds: str) -> str:
-    return {">0": "positive", ">=0": "zero or more"}.get(bounds, f"in {bounds}")
 
 
 def _line_of(lines: list[str], key: str) -> int:
@@ -266,9 +279,7 @@ def scaled(job: JobConfig) -> JobConfig:
     """Apply train.scale: batch, steps and warmup shrink together, so the equal-compute recipes
     of Table 3 stay (nearly) equal. The batch is then rounded to a multiple of the micro-batch
     (or the micro-batch lowered to the batch) so that accumulation divides it."""
-    s = job.train.scale
-    if s <= 0:
-        raise UserError(f"train.scale must be positive, got {s}")
+    s = job.train.scale  # positive: TrainSection checks itself
     if s == 1.0:
         return job
 
@@ -281,7 +292,11 @@ def scaled(job: JobConfig) -> JobConfig:
     else:
         batch = max(1, round(batch / micro_batch_size)) * micro_batch_size
     train = dataclasses.replace(
-        job.train, batch_size=batch, micro_batch_size=micro_batch_size, max_steps=shrink(job.train.max_steps), scale=1.0
+        job.train,
+        batch_size=batch,
+        micro_batch_size=micro_batch_size,
+        max_steps=shrink(job.train.max_steps),
+        scale=1.0,
     )
     schedule = dataclasses.replace(job.schedule, warmup_steps=shrink(job.schedule.warmup_steps))
     return dataclasses.replace(job, train=train, schedule=schedule)
@@ -293,7 +308,9 @@ def budget(job: JobConfig, updates_per_epoch: int | None) -> JobConfig:
     t, schedule = job.train, job.schedule
     needs_epoch = t.epochs > 0 or t.eval_every == 0 or t.checkpoint_every == 0
     if needs_epoch and not updates_per_epoch:
-        raise UserError("train.epochs, eval_every = 0 and checkpoint_every = 0 need a task with a fixed epoch length")
+        raise UserError(
+            "train.epochs, eval_every = 0 and checkpoint_every = 0 need a task with a fixed epoch length"
+        )
     max_steps = max(1, math.ceil(t.epochs * updates_per_epoch)) if t.epochs > 0 else t.max_steps
     train = dataclasses.replace(
         t,
@@ -302,5 +319,7 @@ def budget(job: JobConfig, updates_per_epoch: int | None) -> JobConfig:
         checkpoint_every=t.checkpoint_every or updates_per_epoch,
     )
     if schedule.warmup_fraction > 0:
-        schedule = dataclasses.replace(schedule, warmup_steps=max(1, round(schedule.warmup_fraction * max_steps)))
+        schedule = dataclasses.replace(
+            schedule, warmup_steps=max(1, round(schedule.warmup_fraction * max_steps))
+        )
     return dataclasses.replace(job, train=train, schedule=schedule)

@@ -73,7 +73,9 @@ def read_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             if number == len(lines):
                 break
-            raise UserError(f"{path}:{number}: invalid JSON record (not a torn last line; the file was edited?)") from None
+            raise UserError(
+                f"{path}:{number}: invalid JSON record (not a torn last line; the file was edited?)"
+            ) from None
     return records
 
 

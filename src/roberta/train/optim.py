@@ -23,16 +23,15 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             continue
         seen.add(id(param))  # the LM head's weight is the token embedding: count it once
         (decay if param.ndim >= 2 else no_decay).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def build_optimizer(model: nn.Module, cfg: OptimSection) -> torch.optim.AdamW:
     # The fused kernel matters on CPU too: the update is a chain of elementwise passes over every
     # parameter, the embedding's 25M-50M included (benchmarks/experiments/adamw-implementation.md).
-    kind = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[cfg.implementation]
+    kind = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[
+        cfg.implementation
+    ]
     return torch.optim.AdamW(
         parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **kind
     )

@@ -118,9 +118,19 @@ def _remove_temporaries(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-# What a run writes into its directory (the trainer, metrics, SQuAD's answers): anything else is someone else's.
-RUN_FILES = ("job.json", "metrics.jsonl", "curves.png", "tensorboard", "checkpoints", "best", "results.json",
-             "predictions.json", "null_odds.json")
+# What a run writes into its directory (the trainer, metrics, SQuAD's answers): anything else is someone
+# else's.
+RUN_FILES = (
+    "job.json",
+    "metrics.jsonl",
+    "curves.png",
+    "tensorboard",
+    "checkpoints",
+    "best",
+    "results.json",
+    "predictions.json",
+    "null_odds.json",
+)
 # The temporaries `roberta.io` writes beside a file or directory it publishes: `.NAME.tmp-*`, `.NAME.old-*`.
 _TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-.*")
 
@@ -169,15 +179,27 @@ def directory_modes(out: Path, run_dirs: list[Path], resume: bool, overwrite: bo
     stray = [name for name in entries if name not in ours and not is_temporary(out / name)]
     if not resume:
         if stray:
-            raise UserError(f"{out}: not empty (it holds {stray[0]!r}); choose another --out, or pass --overwrite "
-                            "to replace its contents")
+            raise UserError(
+                f"{out}: not empty (it holds {stray[0]!r}); choose another --out, or pass --overwrite "
+                "to replace its contents"
+            )
         held = "a finished run" if (out / RESULTS_FILE).exists() else "an unfinished run"
-        raise UserError(f"{out}: already holds {held}; pass --resume to continue it or --overwrite to replace it")
+        raise UserError(
+            f"{out}: already holds {held}; pass --resume to continue it or --overwrite to replace it"
+        )
     if stray:
         what = "a run" if run_dirs == [out] else "a member of this command's --seeds/--sweep"
-        raise UserError(f"{out}: holds {stray[0]!r}, which is not {what}; --resume continues only the runs this "
-                        "command plans (or pass --overwrite to replace its contents)")
+        raise UserError(
+            f"{out}: holds {stray[0]!r}, which is not {what}; --resume continues only the runs this "
+            "command plans (or pass --overwrite to replace its contents)"
+        )
     return [_resume_mode(run_dir) for run_dir in run_dirs]
+
+
+def resumes(mode: str) -> bool:
+    """Whether a run of this `directory_modes` mode continues from its latest checkpoint (a
+    finished one too: its budget may have grown)."""
+    return mode in ("resume", "done")
 
 
 def _resume_mode(run_dir: Path) -> str:
@@ -187,8 +209,10 @@ def _resume_mode(run_dir: Path) -> str:
         raise UserError(f"{run_dir}: exists and is not a run directory")
     foreign = foreign_entries(run_dir)
     if foreign:
-        raise UserError(f"{run_dir}: holds {foreign[0]!r}, which no run writes; --resume continues only a run "
-                        "(or pass --overwrite to replace it)")
+        raise UserError(
+            f"{run_dir}: holds {foreign[0]!r}, which no run writes; --resume continues only a run "
+            "(or pass --overwrite to replace it)"
+        )
     if (run_dir / RESULTS_FILE).exists():
         return "done"
     return "resume" if latest_checkpoint(run_dir) else "restart"

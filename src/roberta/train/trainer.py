@@ -4,6 +4,11 @@ A task brings an `Objective` (its data, its heads, its loss, its metrics); the l
 everything else: gradient accumulation, precision, data parallelism, the schedule, evaluation,
 checkpoints, exact resume, metrics and the progress bar.
 
+`train` reads as the list of its parts, as torchtitan's trainer does: `_start` (the model placed,
+wrapped and restored), then per update `train_step` (forward, backward, accumulation, clipping,
+the optimizer), `_log_window`, `_evaluate_and_keep_best` and `_write_checkpoint`, each due every
+so many steps. They share one `_Run`, the state of the run under way.
+
 Losses are sums, not means: each term is divided by its count over the whole global batch
 (all micro-batches on all ranks) before backward, so one process with batch 2b, two
 accumulation steps of b, and two ranks of b all compute the same gradient.
@@ -14,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +50,8 @@ class Objective:
     loss: (model, batch) → summed loss per term (same keys as counts) plus any other summed
         statistics (e.g. correct predictions), as 0-d tensors; under the key EXAMPLES, optionally,
         a dict of per-example tensors (first dimension the example: predictions, labels, ids,
-        fixed-width logits) that evaluation gathers from every rank. It runs inside the wrapped (DDP/FSDP) module, heads included.
+        fixed-width logits) that evaluation gathers from every rank. It runs inside the wrapped
+        (DDP/FSDP) module, heads included.
     metrics: (summed statistics and counts, gathered per-example arrays) → the figures reported.
     eval_sets: named held-out sets (MNLI has two), each this rank's share of its batches.
     flops_per_token: the model config → training FLOPs per token, for MFU.
@@ -111,7 +117,8 @@ def batch_plan(job: JobConfig, world_size: int) -> tuple[int, int]:
     accumulation, remainder = divmod(batch, micro_batch_size * world_size)
     if remainder or accumulation == 0:
         raise UserError(
-            f"train.batch_size = {batch} is not a multiple of train.micro_batch_size ({micro_batch_size}) x {world_size} rank(s)"
+            f"train.batch_size = {batch} is not a multiple of train.micro_batch_size ({micro_batch_size}) x "
+            f"{world_size} rank(s)"
         )
     return micro_batch_size, accumulation
 
@@ -130,8 +137,14 @@ class RunPlan:
 
 
 def plan_run(
-    model: RobertaModel, objective: Objective, job: JobConfig, run_dir: str | Path, *, world_size: int,
-    resume: bool, tokenizer=None,
+    model: RobertaModel,
+    objective: Objective,
+    job: JobConfig,
+    run_dir: str | Path,
+    *,
+    world_size: int,
+    resume: bool,
+    tokenizer=None,
 ) -> RunPlan:
     """Everything a run could refuse, checked without writing: the batch plan, the epoch budget,
     `train.best_metric` against the objective's figures, and with `resume` the run's latest
@@ -141,24 +154,75 @@ def plan_run(
     per_epoch = objective.batches_per_epoch // accumulation if objective.batches_per_epoch else None
     if objective.batches_per_epoch is not None and not per_epoch:
         raise UserError(
-            f"{objective.name}: an epoch holds {objective.batches_per_epoch} micro-batches per rank, fewer than "
+            f"{objective.name}: an epoch holds {objective.batches_per_epoch} micro-batches per rank, fewer "
+            "than "
             f"the {accumulation} one update needs (train.batch_size = {job.train.batch_size})"
         )
     job = budget(job, per_epoch)
     best_metric = job.train.best_metric or objective.best_metric
     if best_metric and objective.figures and best_metric not in objective.figures:
-        raise UserError(f"train.best_metric = {best_metric!r} is not one of {objective.name}'s evaluation figures "
-                        f"({', '.join(objective.figures)})")
+        raise UserError(
+            f"train.best_metric = {best_metric!r} is not one of {objective.name}'s evaluation figures "
+            f"({', '.join(objective.figures)})"
+        )
     found = None
     if resume:
         found = run_state.latest_checkpoint(run_dir)
         if found is None:
-            raise UserError(f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}")
+            raise UserError(
+                f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}"
+            )
         _check_resumable(model, found, tokenizer)
         state = run_state.load_trainer_state(found, mmap=True)
         if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro_batch_size * world_size:
-            raise UserError("--resume: the run's micro-batch size x world size changed; the data position would not match")
+            raise UserError(
+                "--resume: the run's micro-batch size x world size changed; the data position would not match"
+            )
     return RunPlan(job, micro_batch_size, accumulation, per_epoch, best_metric, found)
+
+
+@dataclass
+class _Window:
+    """Sums since the last logged step; `sums` is kept in checkpoints so that a resumed run logs
+    the same figures."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    seconds: float = 0.0
+    waited: float = 0.0  # seconds the steps stalled on the loader
+
+
+@dataclass
+class _Run:
+    """A run under way: what the step, logging, evaluation and checkpoint functions share."""
+
+    plan: RunPlan
+    objective: Objective
+    model: RobertaModel
+    module: nn.Module  # the model and the task's loss, wrapped for DDP/FSDP
+    optimizer: torch.optim.Optimizer
+    scaler: LossScaler
+    precision: str
+    placement: distributed.Placement
+    run_dir: Path
+    tokenizer: object
+    step: int = 0
+    best: dict | None = None  # {"metric", "value", "step"} of RUN/best/
+    last_checkpoint: Path | None = None  # rank 0 only
+    resumed: bool = False
+    log: MetricsLog | None = None  # rank 0 only
+    bar: tqdm | None = None
+    window: _Window = field(default_factory=_Window)
+    params: list[nn.Parameter] = field(default_factory=list)  # those the optimizer updates
+    flops_per_token: float = 0.0  # for MFU
+    peak_flops: float = 0.0  # all ranks' together; 0: unknown
+
+    @property
+    def job(self) -> JobConfig:
+        return self.plan.job
+
+    def due(self, every: int) -> bool:
+        return self.step % every == 0 or self.step == self.job.train.max_steps
 
 
 def train(
@@ -182,145 +246,226 @@ def train(
     run_dir = Path(run_dir)
     placement = placement or distributed.setup(job.train.device)
     objective.add_heads(model)
-    plan = plan or plan_run(model, objective, job, run_dir, world_size=placement.world_size, resume=resume,
-                            tokenizer=tokenizer)
-    job, micro_batch_size, accumulation, per_epoch = plan.job, plan.micro_batch_size, plan.accumulation, plan.per_epoch
-    best_metric, cfg = plan.best_metric, plan.job.train
+    plan = plan or plan_run(
+        model, objective, job, run_dir, world_size=placement.world_size, resume=resume, tokenizer=tokenizer
+    )
+    run = _start(model, objective, plan, run_dir, tokenizer, placement)
+    _open_run_directory(run, run_info)
+    cfg = plan.job.train
+    batches = objective.train_batches(run.step * plan.accumulation)
+    valid: dict[str, float] = {}
+    run.bar = tqdm(
+        total=cfg.max_steps,
+        initial=run.step,
+        disable=not placement.is_main,
+        desc=objective.name,
+        dynamic_ncols=True,
+    )
+    run.module.train()
+    try:
+        while run.step < cfg.max_steps:
+            train_step(run, batches)
+            if run.due(cfg.log_every):
+                _log_window(run)
+            if run.due(cfg.eval_every):
+                valid = _evaluate_and_keep_best(run)
+            if run.due(cfg.checkpoint_every):
+                _write_checkpoint(run)
+            run_state.fault_point(f"step-{run.step}")
+    finally:
+        run.bar.close()
+        if run.log:
+            run.log.close()
+    if placement.is_main:
+        _write_results(run_dir, _job_record(plan.job, model), objective, run.best)
+    return TrainResult(
+        step=run.step,
+        checkpoint=run.last_checkpoint,
+        valid=valid,
+        skipped_steps=run.scaler.skipped_steps,
+        best=run.best,
+    )
 
+
+def _start(
+    model: RobertaModel,
+    objective: Objective,
+    plan: RunPlan,
+    run_dir: Path,
+    tokenizer,
+    placement: distributed.Placement,
+) -> _Run:
+    """The model placed and wrapped, its optimizer and loss scaler, and with a checkpoint to
+    resume, every one of them (and this rank's RNG streams, and the log window) as that
+    checkpoint left them."""
+    cfg = plan.job.train
     state = None
     if plan.resume_from is not None:
         state = run_state.load_trainer_state(plan.resume_from)
         model.load_state_dict(checkpoint.load(plan.resume_from)[0].state_dict())  # plan_run checked it fits
     model.to(placement.device)
     module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, placement)
-    optimizer = build_optimizer(module, job.optim)
+    optimizer = build_optimizer(module, plan.job.optim)
     precision = resolve_precision(cfg.precision, placement.device)
-    scaler = LossScaler(enabled=precision == "fp16")
-    step = 0
-    best = None
+    run = _Run(
+        plan,
+        objective,
+        model,
+        module,
+        optimizer,
+        LossScaler(enabled=precision == "fp16"),
+        precision,
+        placement,
+        run_dir,
+        tokenizer,
+    )
     torch.manual_seed(cfg.seed + 1 + placement.rank)  # dropout differs across ranks, reproducibly
     if state is not None:
-        step = int(state["step"])
-        best = state.get("best")
+        run.step = int(state["step"])
+        run.best = state.get("best")
         _load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, placement)
-        scaler.load_state_dict(state["scaler"])
+        run.scaler.load_state_dict(state["scaler"])
         if len(state["rng"]) == placement.world_size:
             run_state.set_rng_state(state["rng"][placement.rank])
+        run.window.sums = dict(state.get("window", {}))
+    run.resumed = state is not None
+    run.params = [p for p in module.parameters() if p.requires_grad]
+    run.flops_per_token = objective.flops_per_token(model.config)
+    run.peak_flops = peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size
+    return run
 
-    if placement.is_main:  # validated: now the run directory may change
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if state is not None:  # what the run was writing when it was killed
-            run_state.remove_run_temporaries(run_dir)
-        write_json(run_dir / JOB_FILE, {"job": _job_record(job, model), **(run_info or {})})
-    log = MetricsLog(run_dir, resume_step=step if state else None) if placement.is_main else None
-    params = [p for p in module.parameters() if p.requires_grad]
-    flops_per_token = objective.flops_per_token(model.config)
-    peak = peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size
-    batches = objective.train_batches(step * accumulation)
-    last_checkpoint = run_state.latest_checkpoint(run_dir) if placement.is_main else None
-    valid: dict[str, float] = {}
-    # Sums since the last logged step; kept in checkpoints so that a resumed run logs the same figures.
-    window: dict[str, float] = dict(state.get("window", {})) if state else {}
-    window_tokens, window_time, window_wait = 0, 0.0, 0.0
 
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not placement.is_main, desc=objective.name, dynamic_ncols=True)
-    module.train()
-    try:
-        while step < cfg.max_steps:
-            started = time.perf_counter()
-            micro_batches = [_to_device(next(batches), placement.device) for _ in range(accumulation)]
-            window_wait += time.perf_counter() - started  # the step stalled on the loader this long
-            counts = _global_counts(objective, micro_batches, placement.device)
-            set_learning_rate(optimizer, learning_rate(step, job.optim.lr, job.schedule, cfg.max_steps))
-            sums: dict[str, torch.Tensor] = {}
-            for i, batch in enumerate(micro_batches):
-                with distributed.gradient_sync(module, enabled=i == accumulation - 1):
-                    with autocast(precision, placement.device):
-                        out = module(batch)
-                    out.pop(EXAMPLES, None)
-                    loss = sum(out[k].float() / counts[k] for k in counts) * placement.world_size
-                    scaler.scaled(loss).backward()
-                run_state.fault_point(f"step-{step + 1}:micro-batch-{i}")
-                for k, v in out.items():
-                    sums[k] = sums.get(k, 0.0) + v.detach().float()
-            totals = _all_reduce_dict(sums, placement.device)
-            step += 1
-            if not all(math.isfinite(totals[k]) for k in counts):
-                bad = ", ".join(f"{k} = {totals[k]}" for k in counts)
-                where = last_checkpoint or "none was written"
-                raise TrainingDiverged(
-                    f"non-finite loss at step {step} ({bad}); training stopped. Last good checkpoint: {where}"
-                )
-            if not apply_update(optimizer, params, scaler, job.optim.clip_norm):
-                bar.write(f"step {step}: fp16 gradient overflow, update skipped; loss scale lowered to {scaler.scale:g}")
-            window_time += time.perf_counter() - started
-            window_tokens += sum(objective.tokens(b) for b in micro_batches) * placement.world_size
-            for k, v in {**totals, **{f"{k}_count": c for k, c in counts.items()}}.items():
-                window[k] = window.get(k, 0.0) + v
-            bar.update(1)
+def _open_run_directory(run: _Run, run_info: dict | None) -> None:
+    """Validated: now the run directory may change (rank 0). A resumed run drops what it was
+    writing when it was killed, and its metrics past the checkpoint."""
+    if not run.placement.is_main:
+        return
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    if run.resumed:
+        run_state.remove_run_temporaries(run.run_dir)
+    write_json(run.run_dir / JOB_FILE, {"job": _job_record(run.job, run.model), **(run_info or {})})
+    run.log = MetricsLog(run.run_dir, resume_step=run.step if run.resumed else None)
+    run.last_checkpoint = run_state.latest_checkpoint(run.run_dir)
 
-            if step % cfg.log_every == 0 or step == cfg.max_steps:
-                figures = objective.metrics(window, {})
-                rate = window_tokens / max(window_time, 1e-9)
-                figures.update(
-                    lr=optimizer.param_groups[0]["lr"],
-                    tokens_per_s=rate,
-                    mfu=rate * flops_per_token / peak if peak else 0.0,
-                    data_wait=window_wait / max(window_time, 1e-9),
-                    skipped_steps=scaler.skipped_steps,
-                )
-                if per_epoch:
-                    figures["epoch"] = step / per_epoch
-                if log:
-                    log.log(step, "train", figures)
-                bar.set_postfix(
-                    loss=f"{figures.get('loss', float('nan')):.3f}",
-                    tok_s=f"{rate:,.0f}",
-                    mfu=f"{figures['mfu']:.1%}",
-                    **({"skipped": scaler.skipped_steps} if scaler.enabled else {}),
-                )
-                window, window_tokens, window_time, window_wait = {}, 0, 0.0, 0.0
-            if step % cfg.eval_every == 0 or step == cfg.max_steps:
-                by_set = evaluate(module, objective, precision, placement, cfg.eval_batches)
-                valid = _flatten(by_set)
-                if log:
-                    for name, figures in by_set.items():
-                        log.log(step, name, figures)
-                    log.plot()
-                bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
-                if best_metric:
-                    if best_metric not in valid:
-                        raise UserError(f"train.best_metric = {best_metric!r} is not an evaluation figure ({', '.join(valid)})")
-                    if _improves(valid[best_metric], best, objective.higher_is_better):
-                        best = {"metric": best_metric, "value": valid[best_metric], "step": step}
-                        plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
-                        if placement.is_main:
-                            checkpoint.save(run_dir / BEST_DIR, plain, tokenizer)
-                        distributed.barrier()
-            if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
-                state_now = {
-                    "step": step,
-                    "optimizer": _optimizer_state(module, optimizer, cfg.parallel),
-                    "scaler": scaler.state_dict(),
-                    "rng": distributed.all_gather(run_state.rng_state()),  # every rank's streams
-                    "data": {"position": step * accumulation, "micro_batch_size": micro_batch_size},
-                    "world_size": placement.world_size,
-                    "job": job.to_dict(),
-                    "best": best,
-                    "window": dict(window),
-                }
-                plain = _full_model(module, model, objective, cfg.parallel)  # collective under FSDP
-                if placement.is_main:
-                    last_checkpoint = run_state.save_checkpoint(run_dir, step, plain, tokenizer, state_now, cfg.keep_last)
-                distributed.barrier()
-            run_state.fault_point(f"step-{step}")
-    finally:
-        bar.close()
-        if log:
-            log.close()
-    if placement.is_main:
-        _write_results(run_dir, _job_record(job, model), objective, best)
-    return TrainResult(step=step, checkpoint=last_checkpoint, valid=valid, skipped_steps=scaler.skipped_steps, best=best)
+
+def train_step(run: _Run, batches: Iterator[Batch]) -> None:
+    """One optimizer update: the accumulated micro-batches forward and backward, the divergence
+    check, clipping and the optimizer step; its sums, tokens and time go into the log window."""
+    job, placement, objective, window = run.job, run.placement, run.objective, run.window
+    started = time.perf_counter()
+    micro_batches = [_to_device(next(batches), placement.device) for _ in range(run.plan.accumulation)]
+    window.waited += time.perf_counter() - started
+    counts = _global_counts(objective, micro_batches, placement.device)
+    set_learning_rate(run.optimizer, learning_rate(run.step, job.optim.lr, job.schedule, job.train.max_steps))
+    totals = _forward_backward(run, micro_batches, counts)
+    run.step += 1
+    if not all(math.isfinite(totals[k]) for k in counts):
+        bad = ", ".join(f"{k} = {totals[k]}" for k in counts)
+        where = run.last_checkpoint or "none was written"
+        raise TrainingDiverged(
+            f"non-finite loss at step {run.step} ({bad}); training stopped. Last good checkpoint: {where}"
+        )
+    if not apply_update(run.optimizer, run.params, run.scaler, job.optim.clip_norm):
+        run.bar.write(
+            f"step {run.step}: fp16 gradient overflow, update skipped; "
+            f"loss scale lowered to {run.scaler.scale:g}"
+        )
+    window.seconds += time.perf_counter() - started
+    window.tokens += sum(objective.tokens(b) for b in micro_batches) * placement.world_size
+    for k, v in {**totals, **{f"{k}_count": c for k, c in counts.items()}}.items():
+        window.sums[k] = window.sums.get(k, 0.0) + v
+    run.bar.update(1)
+
+
+def _forward_backward(run: _Run, micro_batches: list[Batch], counts: dict[str, float]) -> dict[str, float]:
+    """Gradients of the global batch's mean loss accumulated over `micro_batches` (synchronised
+    across ranks on the last), and the batch's summed statistics from every rank."""
+    placement, last = run.placement, len(micro_batches) - 1
+    sums: dict[str, torch.Tensor] = {}
+    for i, batch in enumerate(micro_batches):
+        with distributed.gradient_sync(run.module, enabled=i == last):
+            with autocast(run.precision, placement.device):
+                out = run.module(batch)
+            out.pop(EXAMPLES, None)
+            loss = sum(out[k].float() / counts[k] for k in counts) * placement.world_size
+            run.scaler.scaled(loss).backward()
+        run_state.fault_point(f"step-{run.step + 1}:micro-batch-{i}")
+        for k, v in out.items():
+            sums[k] = sums.get(k, 0.0) + v.detach().float()
+    return _all_reduce_dict(sums, placement.device)
+
+
+def _log_window(run: _Run) -> None:
+    """The window's figures, throughput and MFU to metrics.jsonl and the progress bar; then a new window."""
+    window = run.window
+    figures = run.objective.metrics(window.sums, {})
+    rate = window.tokens / max(window.seconds, 1e-9)
+    figures.update(
+        lr=run.optimizer.param_groups[0]["lr"],
+        tokens_per_s=rate,
+        mfu=rate * run.flops_per_token / run.peak_flops if run.peak_flops else 0.0,
+        data_wait=window.waited / max(window.seconds, 1e-9),
+        skipped_steps=run.scaler.skipped_steps,
+    )
+    if run.plan.per_epoch:
+        figures["epoch"] = run.step / run.plan.per_epoch
+    if run.log:
+        run.log.log(run.step, "train", figures)
+    run.bar.set_postfix(
+        loss=f"{figures.get('loss', float('nan')):.3f}",
+        tok_s=f"{rate:,.0f}",
+        mfu=f"{figures['mfu']:.1%}",
+        **({"skipped": run.scaler.skipped_steps} if run.scaler.enabled else {}),
+    )
+    run.window = _Window()
+
+
+def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
+    """Evaluate every held-out set, log it, and save RUN/best/ when the chosen figure improves."""
+    by_set = evaluate(run.module, run.objective, run.precision, run.placement, run.job.train.eval_batches)
+    valid = _flatten(by_set)
+    if run.log:
+        for name, figures in by_set.items():
+            run.log.log(run.step, name, figures)
+        run.log.plot()
+    run.bar.write(f"step {run.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
+    best_metric = run.plan.best_metric
+    if not best_metric:
+        return valid
+    if best_metric not in valid:
+        raise UserError(
+            f"train.best_metric = {best_metric!r} is not an evaluation figure ({', '.join(valid)})"
+        )
+    if _improves(valid[best_metric], run.best, run.objective.higher_is_better):
+        run.best = {"metric": best_metric, "value": valid[best_metric], "step": run.step}
+        # Collective under FSDP: every rank gathers the full weights.
+        plain = _full_model(run.module, run.model, run.objective, run.job.train.parallel)
+        if run.placement.is_main:
+            checkpoint.save(run.run_dir / BEST_DIR, plain, run.tokenizer)
+        distributed.barrier()
+    return valid
+
+
+def _write_checkpoint(run: _Run) -> None:
+    """RUN/checkpoints/step-N/: the weights and everything exact resume needs."""
+    parallel = run.job.train.parallel
+    state = {
+        "step": run.step,
+        "optimizer": _optimizer_state(run.module, run.optimizer, parallel),
+        "scaler": run.scaler.state_dict(),
+        "rng": distributed.all_gather(run_state.rng_state()),  # every rank's streams
+        "data": {"position": run.step * run.plan.accumulation, "micro_batch_size": run.plan.micro_batch_size},
+        "world_size": run.placement.world_size,
+        "job": run.job.to_dict(),
+        "best": run.best,
+        "window": dict(run.window.sums),
+    }
+    plain = _full_model(run.module, run.model, run.objective, parallel)  # collective under FSDP
+    if run.placement.is_main:
+        run.last_checkpoint = run_state.save_checkpoint(
+            run.run_dir, run.step, plain, run.tokenizer, state, run.job.train.keep_last
+        )
+    distributed.barrier()
 
 
 def _improves(value: float, best: dict | None, higher_is_better: bool) -> bool:
@@ -348,7 +493,9 @@ def _write_results(run_dir: Path, job: dict, objective: Objective, best: dict | 
     """RUN/results.json: every evaluation of the run (from metrics.jsonl), the best, the job."""
     names = set(objective.eval_sets)
     evaluations = [r for r in read_metrics(run_dir / METRICS_FILE) if r["split"] in names]
-    write_json(run_dir / RESULTS_FILE, {"task": objective.name, "best": best, "evaluations": evaluations, "job": job})
+    write_json(
+        run_dir / RESULTS_FILE, {"task": objective.name, "best": best, "evaluations": evaluations, "job": job}
+    )
 
 
 def apply_update(
@@ -367,7 +514,11 @@ def apply_update(
 
 @torch.no_grad()
 def evaluate(
-    module: nn.Module, objective: Objective, precision: str, placement: distributed.Placement, max_batches: int = 0
+    module: nn.Module,
+    objective: Objective,
+    precision: str,
+    placement: distributed.Placement,
+    max_batches: int = 0,
 ) -> dict[str, dict[str, float]]:
     """Each held-out set's figures: summed statistics all-reduced, per-example outputs gathered
     from every rank; `max_batches` > 0 stops each set after that many micro-batches per rank."""
@@ -411,13 +562,17 @@ def _all_reduce_dict(values: dict[str, torch.Tensor], device: torch.device) -> d
     if not values:
         return {}
     keys = sorted(values)
-    packed = torch.stack([torch.as_tensor(values[k], dtype=torch.float64).to(device).reshape(()) for k in keys])
+    packed = torch.stack(
+        [torch.as_tensor(values[k], dtype=torch.float64).to(device).reshape(()) for k in keys]
+    )
     packed = distributed.all_reduce_sum(packed)
     return dict(zip(keys, packed.tolist()))
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+    }
 
 
 def _check_resumable(model: RobertaModel, directory: Path, tokenizer) -> None:
@@ -432,13 +587,19 @@ def _check_resumable(model: RobertaModel, directory: Path, tokenizer) -> None:
         )
     wanted = checkpoint.head_shapes(model)
     if heads != wanted:
+
         def describe(specs: dict) -> str:
-            return ", ".join(f"{name} ({spec.get('num_classes', spec['kind'])})" for name, spec in specs.items()) or "none"
-        raise UserError(f"--resume: {directory} holds the heads {describe(heads)}, this job trains {describe(wanted)} "
-                        "(resume with the task and head the run was started with)")
+            return (
+                ", ".join(f"{name} ({spec.get('num_classes', spec['kind'])})" for name, spec in specs.items())
+                or "none"
+            )
+
+        raise UserError(
+            f"--resume: {directory} holds the heads {describe(heads)}, this job trains {describe(wanted)} "
+            "(resume with the task and head the run was started with)"
+        )
     if tokenizer is not None and fingerprint is not None and fingerprint != tokenizer.fingerprint():
         raise UserError(f"--resume: {directory} was trained with another tokenizer than this job's data")
-
 
 
 def _optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, parallel: str) -> dict:
@@ -450,7 +611,9 @@ def _optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, parall
     return optimizer.state_dict()
 
 
-def _load_optimizer(module: nn.Module, optimizer, state: dict, parallel: str, placement: distributed.Placement) -> None:
+def _load_optimizer(
+    module: nn.Module, optimizer, state: dict, parallel: str, placement: distributed.Placement
+) -> None:
     if parallel == "fsdp" and placement.world_size > 1:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 

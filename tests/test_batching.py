@@ -1,0 +1,51 @@
+"""Batches by length (`roberta.batching`): fine-tuning's resumable training batches, held-out and
+hub batches sorted longest first, and the one pad."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from roberta.batching import MEGA_BATCH, LengthBatches, length_batches, pad, sorted_batches
+from roberta.errors import UserError
+
+
+def test_training_batches_cover_each_epoch_and_resume_from_any_position():
+    lengths = np.random.default_rng(0).integers(1, 100, size=403)
+    batcher = LengthBatches(lengths, micro_batch_size=4, seed=7, rank=0, world=1, group_by_length=True)
+    assert batcher.per_epoch == 101
+    epoch = batcher.epoch(0)
+    assert sorted(np.concatenate(epoch).tolist()) == list(range(403))
+    # Sorted by length inside each mega-batch, longest first.
+    mega = np.concatenate(epoch[:MEGA_BATCH])
+    assert (np.diff(lengths[mega]) <= 0).all()
+    assert not np.array_equal(np.concatenate(batcher.epoch(1)), np.concatenate(epoch))
+    # A run resumed at position p gets what the uninterrupted one got there.
+    straight = list(itertools.islice(batcher.from_position(0), 250))
+    resumed = LengthBatches(lengths, 4, 7, 0, 1, True).from_position(150)
+    for a, b in zip(straight[150:], resumed):
+        assert np.array_equal(a, b)
+
+
+def test_ranks_share_an_epoch_and_too_few_examples_are_refused():
+    lengths = list(range(1, 41))
+    ranks = [LengthBatches(lengths, 4, 1, rank, 2, False).epoch(0) for rank in range(2)]
+    assert sorted(np.concatenate([*ranks[0], *ranks[1]]).tolist()) == list(range(40))
+    with pytest.raises(
+        UserError, match=r"3 training examples are too few for micro-batches of 4 on 2 rank\(s\)"
+    ):
+        LengthBatches([1, 2, 3], 4, 0, 0, 2, True)
+
+
+def test_held_out_and_hub_batches_are_longest_first_and_stable():
+    lengths = [3, 9, 3, 9, 5]
+    assert [b.tolist() for b in sorted_batches(lengths, 2)] == [[1, 3], [4, 0], [2]]
+    assert [b.tolist() for b in sorted_batches(lengths, 2, rank=1, world=2)] == [[4, 0]]
+    assert length_batches(lengths, batch_tokens=18) == [[1, 3], [4, 0, 2]]
+
+
+def test_pad_takes_lists_arrays_and_tensors():
+    padded = pad([[0, 5, 2], np.array([0, 2], dtype=np.int32), torch.tensor([7])], pad_id=1)
+    assert padded.dtype == torch.long and padded.tolist() == [[0, 5, 2], [0, 2, 1], [7, 1, 1]]
+    assert pad([[0, 2]], pad_id=1, width=4).tolist() == [[0, 2, 1, 1]]
