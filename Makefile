@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 # tests import, so it is installed without dependencies (as an extra, pip would replace torch).
 SAPIENS := sapiens==1.0.5
 
-.PHONY: demo test test-fast install clean bench bench-full
+.PHONY: demo test test-fast lint install clean bench bench-full
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
+
+# The formatter's layout and the linter's rules ([tool.ruff] in pyproject.toml); CI runs it first.
+lint: $(BIN)/.installed
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks
 
 # The suite without the end-to-end runs (`slow`): a minute or two, for the edit-test loop.
 test-fast: $(BIN)/.installed
