@@ -225,3 +225,29 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_afresh(sst
     assert main(glue(sst, micro, out, "--resume", "--train.max_steps=2")) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [2, 2]  # the train and dev records of step 2; the killed run's line is gone
+
+
+def test_a_summary_over_runs_that_found_no_best_is_valid_json(tmp_path):
+    """--seeds where no evaluation was ever a number (an undefined correlation throughout) has no
+    median to rank; the summary says so in valid JSON instead of failing after the runs."""
+    from roberta.tasks.finetune import load_finetune_job, runs, summarize
+    from roberta.train.trainer import TrainResult
+
+    job = load_finetune_job(None, [], lr=1e-5, batch_size=16)
+    planned = runs(job, tmp_path, seeds=2, sweep=False)
+    found = TrainResult(
+        step=4,
+        checkpoint=None,
+        valid={},
+        skipped_steps=0,
+        best={"metric": "pearson", "value": 0.5, "step": 4},
+    )
+    none = TrainResult(step=4, checkpoint=None, valid={}, skipped_steps=0, best=None)
+    record = summarize(tmp_path, [(j, d, none) for j, d in planned])
+    assert (record["metric"], record["best_cell"]) == (None, None)
+    assert [cell["median"] for cell in record["cells"].values()] == [None]
+    json.loads((tmp_path / "results.json").read_text(), parse_constant=lambda name: pytest.fail(name))
+    record = summarize(
+        tmp_path, [(planned[0][0], planned[0][1], none), (planned[1][0], planned[1][1], found)]
+    )
+    assert record["metric"] == "pearson" and next(iter(record["cells"].values()))["median"] == 0.5

@@ -469,8 +469,7 @@ def _run_finetune(
     """The task's recipe (its LR, batch, epochs), the --config file and the overrides, then every
     member (one run, --seeds or --sweep) planned with `plan_task(job, model, tokenizer, source)`
     and run; prints the summary."""
-    import json
-
+    from roberta.io import to_json
     from roberta.tasks.finetune import Start, finetune, load_finetune_job
 
     if args.eval_every is not None and args.eval_every < 1:
@@ -487,7 +486,7 @@ def _run_finetune(
         resume=args.resume,
         overwrite=args.overwrite,
     )
-    print(json.dumps(summary, indent=2))
+    print(to_json(summary, indent=2))
 
 
 def _finetune_glue(p: argparse.ArgumentParser) -> Handler:

@@ -326,18 +326,19 @@ def summarize(out: Path, results: list[tuple[JobConfig, Path, TrainResult]]) -> 
     for job, run_dir, result in results:
         key = f"batch {job.train.batch_size}, lr {job.optim.lr:g}"
         cells.setdefault(key, []).append({"run": str(run_dir), "seed": job.train.seed, "best": result.best})
-    summary = {
-        key: {"runs": rows, "median": statistics.median(r["best"]["value"] for r in rows if r["best"])}
-        for key, rows in cells.items()
-    }
-    best_cell = max(summary, key=lambda k: summary[k]["median"])
-    record = {
-        "metric": results[0][2].best["metric"] if results[0][2].best else None,
-        "cells": summary,
-        "best_cell": best_cell,
-    }
+    summary = {key: {"runs": rows, "median": _median_best(rows)} for key, rows in cells.items()}
+    # A cell none of whose runs found a best (every evaluation undefined, say) is ranked nowhere.
+    ranked = [key for key in summary if summary[key]["median"] is not None]
+    best_cell = max(ranked, key=lambda k: summary[k]["median"]) if ranked else None
+    metric = next((result.best["metric"] for _, _, result in results if result.best), None)
+    record = {"metric": metric, "cells": summary, "best_cell": best_cell}
     write_json(out / "results.json", record)
     return record
+
+
+def _median_best(rows: list[dict]) -> float | None:
+    values = [row["best"]["value"] for row in rows if row["best"]]
+    return statistics.median(values) if values else None
 
 
 @dataclass(frozen=True)
