@@ -25,6 +25,7 @@ LAYERS = {
     "roberta.hub": 6,
     "roberta.infer": 6,
     "roberta.demo": 6,
+    "roberta.probe": 6,
     "roberta.cli": 7,
 }
 

@@ -692,7 +692,39 @@ def _print_figures(figures: dict) -> None:
 
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
+
 # `roberta finetune TASK` and `roberta evaluate TASK`: one function per task family.
+def _probe(p: argparse.ArgumentParser) -> Handler:
+    """fine-tune every checkpoint of a pretraining run (and a random init) on GLUE tasks: the curve
+
+    Fine-tunes a random init of the run's shape and each chosen checkpoint of RUN on a small GLUE
+    suite, one fixed recipe per task and several seeds, and writes RUN/probe/probe.json (every cell),
+    probe.md (each task's median over seeds x 100, their GLUE-style average, STS-B zero-shot and the
+    held-out masked-token accuracy) and probe.png (the scores against tokens seen). Cells already in
+    probe.json are kept: a rerun trains nothing new and a killed probe continues.
+    """
+    p.add_argument("run", help="a pretraining run directory (RUN/checkpoints/step-N)")
+    p.add_argument("--glue", required=True, metavar="DIR", help="the folder holding the GLUE task folders")
+    p.add_argument("--tasks", help="GLUE tasks, comma-separated (default SST-2,MRPC,STS-B,RTE,CoLA)")
+    p.add_argument(
+        "--seeds", type=int, default=3, help="fine-tuning seeds per cell; the median is reported (default 3)"
+    )
+    p.add_argument(
+        "--checkpoints", default="all", help="all, last, or step-N names, comma-separated (default all)"
+    )
+    p.add_argument("--limit", type=int, help="at most N training examples per task (quick looks)")
+    _progress_option(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.probe import TASKS, probe
+
+        tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks else TASKS
+        probe(args.run, args.glue, tasks, args.seeds, args.checkpoints, args.limit, not args.no_progress)
+        print(f"{args.run}/probe: probe.json, probe.md, probe.png")
+
+    return run
+
+
 # A command is a function that declares its options on the parser it is given and returns the
 # function that runs it (None for a group of subcommands); its docstring is its --help: the first
 # line the summary in the list of commands, the rest the description.
@@ -714,6 +746,7 @@ VERBS = {
     "fill-mask": _fill_mask,
     "embed": _embed,
     "predict": _predict,
+    "probe": _probe,
 }
 
 

@@ -145,6 +145,7 @@ class TrainSection(JobSection):
     keep_last: int = 3
     best_metric: str = ""  # the evaluation figure RUN/best/ is chosen by ("" = the task's own)
     peak_tflops: float = 0.0  # for MFU; 0 = known GPU table or a measured CPU matmul peak
+    progress: bool = True  # the progress bar (`roberta probe` runs many short runs under one bar of its own)
 
     CHOICES: ClassVar = {
         "precision": ("auto", "fp32", "bf16", "fp16"),

@@ -257,7 +257,7 @@ def train(
     run.bar = tqdm(
         total=cfg.max_steps,
         initial=run.step,
-        disable=not placement.is_main,
+        disable=not (placement.is_main and cfg.progress),
         desc=objective.name,
         dynamic_ncols=True,
     )
@@ -428,7 +428,8 @@ def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
         for name, figures in by_set.items():
             run.log.log(run.step, name, figures)
         run.log.plot()
-    run.bar.write(f"step {run.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
+    if not run.bar.disable:  # rank 0, unless the caller runs its own bar
+        run.bar.write(f"step {run.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
     best_metric = run.plan.best_metric
     if not best_metric:
         return valid
