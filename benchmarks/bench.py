@@ -56,29 +56,17 @@ def tokenizer_rows(output: str) -> list[Row]:
     ours = markdown_cells(output, "roberta tokenize_ids_flat (tiktoken engine)")
     plain = markdown_cells(output, "tiktoken encode_ordinary_batch (+ id lookup)")
     size = output.split(" MB,", 1)[0].split()[-1]
-    return [
-        compared(
-            f"tokenization, {size} MB of the corpus: ours `tokenize_ids_flat` vs plain tiktoken "
-            "`encode_ordinary_batch`",
-            "MB/s (wall)",
-            [float(ours[2])],
-            [float(plain[2])],
-        )
-    ]
+    name = f"tokenization, {size} MB of the corpus: ours `tokenize_ids_flat` vs plain tiktoken "
+    name += "`encode_ordinary_batch`"
+    return [compared(name, "MB/s (wall)", [float(ours[2])], [float(plain[2])])]
 
 
 def prepare_rows(output: str) -> list[Row]:
     ours = markdown_cells(output, "`prepare`")
     plain = markdown_cells(output, "plain `tiktoken` encode_ordinary_batch")
-    return [
-        compared(
-            f"`roberta prepare`, {ours[2]} MB of the corpus (ids equal: {plain[7]}) vs plain tiktoken "
-            "encoding the same lines",
-            "MB/s (wall)",
-            [float(ours[4])],
-            [float(plain[4])],
-        )
-    ]
+    name = f"`roberta prepare`, {ours[2]} MB of the corpus (ids equal: {plain[7]}) vs plain tiktoken "
+    name += "encoding the same lines"
+    return [compared(name, "MB/s (wall)", [float(ours[4])], [float(plain[4])])]
 
 
 def embed_rows(output: str) -> list[Row]:
@@ -240,16 +228,8 @@ def run_job(job: Job, args: argparse.Namespace, peak: float) -> tuple[list[Row],
     rows_file = args.work / f"{job.name}.json"
     if job.headline is None:
         rows_file.unlink(missing_ok=True)
-        argv += [
-            "--data",
-            str(args.data),
-            "--threads",
-            str(args.threads),
-            "--peak-gflops",
-            str(peak / 1e9),
-            "--json",
-            str(rows_file),
-        ]
+        argv += ["--data", str(args.data), "--threads", str(args.threads)]
+        argv += ["--peak-gflops", str(peak / 1e9), "--json", str(rows_file)]
     else:
         sample = corpus_sample(args.data, job.corpus_mb, args.work) if job.corpus_mb else args.data
         env["ROBERTA_DATA"] = str(sample)
@@ -286,14 +266,8 @@ def main() -> None:
     size.add_argument("--full", action="store_true", help="the big rows too (longer than 15 minutes)")
     size.add_argument("--smoke", action="store_true", help="minimal sizes, to check that every row runs")
     p.add_argument("--threads", type=int, default=2, help="threads of each side (default 2)")
-    p.add_argument(
-        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
-    )
-    p.add_argument(
-        "--work",
-        type=Path,
-        default=harness.ROOT / "runs" / "bench",
-        help="logs, caches, scratch (default runs/bench)",
+    harness.add_data_and_work(
+        p, harness.ROOT / "runs" / "bench", "logs, caches, scratch (default runs/bench)"
     )
     p.add_argument(
         "--results",

@@ -177,36 +177,14 @@ def ours_argv(setup: Setup, init: Path, out: Path) -> list[str]:
     task = setup.task
     roberta = str(Path(sys.executable).with_name("roberta"))
     if task.squad:
-        verb = [
-            "squad",
-            "--version",
-            "1.1",
-            "--train",
-            str(setup.train),
-            "--dev",
-            str(setup.dev),
-            "--stride",
-            str(SQUAD_STRIDE),
-            "--max-query",
-            str(SQUAD_MAX_QUERY),
-        ]
+        verb = ["squad", "--version", "1.1", "--train", str(setup.train), "--dev", str(setup.dev)]
+        verb += ["--stride", str(SQUAD_STRIDE), "--max-query", str(SQUAD_MAX_QUERY)]
     else:
         verb = ["glue", "--task", task.name, "--data", str(setup.train)]
-    return [
-        roberta,
-        "finetune",
-        *verb,
-        "--init",
-        str(init),
-        "--out",
-        str(out),
-        "--train.epochs=1",
-        f"--train.batch_size={task.batch}",
-        f"--train.micro_batch_size={task.batch}",
-        "--train.seed=1",
-        "--train.device=cpu",
-        "--train.log_every=1000000000",
-    ]
+    batch = [f"--train.batch_size={task.batch}", f"--train.micro_batch_size={task.batch}"]
+    cpu = "--train.seed=1 --train.device=cpu --train.log_every=1000000000".split()
+    paths = ["--init", str(init), "--out", str(out)]
+    return [roberta, "finetune", *verb, *paths, "--train.epochs=1", *batch, *cpu]
 
 
 def ours_seconds(run_dir: Path, tokens: int) -> float:
@@ -387,12 +365,7 @@ def main() -> None:
     )
     p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument(
-        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
-    )
-    p.add_argument(
-        "--work", type=Path, default=harness.ROOT / "runs" / "bench" / "finetune", help="scratch directory"
-    )
+    harness.add_data_and_work(p, harness.ROOT / "runs" / "bench" / "finetune", "scratch directory")
     p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
     p.add_argument("--hf-run", help=argparse.SUPPRESS)  # the HF child: a JSON spec

@@ -67,29 +67,11 @@ def run_ours(task: str, init: Path, run_dir: Path, args: argparse.Namespace) -> 
         if steps is None
         else ["--train.epochs=0", f"--train.max_steps={steps}", "--eval-every", str(steps // 4)]
     )
-    command = [
-        sys.executable,
-        "-m",
-        "roberta.cli",
-        "finetune",
-        "glue",
-        "--task",
-        task,
-        "--data",
-        str(args.data / task),
-        "--init",
-        str(init),
-        "--out",
-        str(run_dir),
-        "--seeds",
-        str(args.seeds),
-        f"--optim.lr={args.lr}",
-        f"--train.batch_size={args.batch}",
-        f"--train.micro_batch_size={args.batch}",
-        f"--data.max_length={args.max_length}",
-        "--train.seed=1",
-        *budget,
-    ]
+    command = [sys.executable, "-m", "roberta.cli", "finetune", "glue", "--task", task]
+    command += ["--data", str(args.data / task), "--init", str(init), "--out", str(run_dir)]
+    command += ["--seeds", str(args.seeds), f"--optim.lr={args.lr}"]
+    command += [f"--train.batch_size={args.batch}", f"--train.micro_batch_size={args.batch}"]
+    command += [f"--data.max_length={args.max_length}", "--train.seed=1", *budget]
     seed_dirs = [run_dir / f"seed{s}" for s in range(1, args.seeds + 1)] if args.seeds > 1 else [run_dir]
     if not all((d / "results.json").is_file() for d in seed_dirs):
         shutil.rmtree(run_dir, ignore_errors=True)  # a half-finished earlier attempt: start it over

@@ -8,6 +8,7 @@ of `Row` dicts.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -173,6 +174,12 @@ def require_success(result: Measured, what: str) -> Measured:
             f"{what} failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
         )
     return result
+
+
+def add_data_and_work(p: argparse.ArgumentParser, work: Path, work_help: str) -> None:
+    """A script's --data (the shared data) and --work (its scratch, default `work`) options."""
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data (default ../shared/data)")
+    p.add_argument("--work", type=Path, default=work, help=work_help)
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -151,28 +151,10 @@ class Worker:
     """The parent's handle on one --worker process, and its peak RSS."""
 
     def __init__(self, side: str, shape: Shape, args: argparse.Namespace):
-        argv = [
-            sys.executable,
-            __file__,
-            "--worker",
-            side,
-            "--models",
-            str(args.models),
-            "--shapes",
-            shape.spec,
-            "--batch",
-            str(args.batch),
-            "--slices",
-            str(args.slices),
-            "--steps",
-            str(args.steps),
-            "--threads",
-            str(args.threads),
-            "--data",
-            str(args.data),
-            "--work",
-            str(args.work),
-        ]
+        argv = [sys.executable, __file__, "--worker", side, "--models", str(args.models)]
+        argv += ["--shapes", shape.spec, "--batch", str(args.batch), "--slices", str(args.slices)]
+        argv += ["--steps", str(args.steps), "--threads", str(args.threads)]
+        argv += ["--data", str(args.data), "--work", str(args.work)]
         self.side = side
         self.proc = subprocess.Popen(
             argv,
@@ -266,12 +248,7 @@ def main() -> None:
     p.add_argument("--slices", type=int, default=3, help="alternation slices (default 3)")
     p.add_argument("--steps", type=int, default=1, help="steps of each side per slice (default 1)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument(
-        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
-    )
-    p.add_argument(
-        "--work", type=Path, default=harness.ROOT / "runs" / "bench", help="cache: the prepared corpus"
-    )
+    harness.add_data_and_work(p, harness.ROOT / "runs" / "bench", "cache: the prepared corpus")
     p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
     p.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)  # one side's process

@@ -35,9 +35,8 @@ class Case:
     name: str
     cause: str  # a substring of the one-line message
     argv: Callable[[Env], list[str]] | None = None  # a CLI command, exit status 2
-    call: Callable[[Env], Callable[[], object]] | None = (
-        None  # prepares, returns the call that raises UserError
-    )
+    # An API call: prepares, returns the call that raises UserError.
+    call: Callable[[Env], Callable[[], object]] | None = None
 
 
 def snapshot(*directories: Path) -> dict[str, tuple[int, int, int]]:

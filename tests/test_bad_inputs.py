@@ -76,17 +76,8 @@ class Env(refusals.Env):
         return self.file("texts.txt", "Hello world!\nA second line.\n")
 
     def prepare_args(self, *inputs: str) -> list[str]:
-        return [
-            "prepare",
-            *inputs,
-            "--tokenizer",
-            str(self.assets.small_tokenizer),
-            "--out",
-            str(self.work / "out"),
-            "--workers",
-            "1",
-            "--no-progress",
-        ]
+        options = ["--tokenizer", str(self.assets.small_tokenizer), "--out", str(self.work / "out")]
+        return ["prepare", *inputs, *options, *"--workers 1 --no-progress".split()]
 
 
 def gz_truncated() -> bytes:
@@ -140,31 +131,14 @@ def set_config(field: str, value) -> Callable[[dict], None]:
 
 
 def embed(env: Env, input: str, out: str | None = None, *extra: str) -> list[str]:
-    return [
-        "embed",
-        str(env.assets.checkpoint),
-        "--input",
-        input,
-        "--out",
-        out or str(env.work / "v.npy"),
-        "--no-progress",
-        *extra,
-    ]
+    out = out or str(env.work / "v.npy")
+    return ["embed", str(env.assets.checkpoint), "--input", input, "--out", out, "--no-progress", *extra]
 
 
 def predict(env: Env, rows: str, *extra: str, head: str = "sentiment") -> list[str]:
-    return [
-        "predict",
-        str(env.assets.checkpoint),
-        "--head",
-        head,
-        "--input",
-        env.file("rows.tsv", rows),
-        "--out",
-        str(env.work / "p.tsv"),
-        "--no-progress",
-        *extra,
-    ]
+    rows_file, out = env.file("rows.tsv", rows), str(env.work / "p.tsv")
+    options = ["--head", head, "--input", rows_file, "--out", out, "--no-progress"]
+    return ["predict", str(env.assets.checkpoint), *options, *extra]
 
 
 def train_tokenizer(env: Env, *inputs: str, vocab: str = "300") -> list[str]:
@@ -213,6 +187,21 @@ def edited_tokenizer_checkpoint(env: Env) -> list[str]:
     lines[100], lines[101] = lines[101], lines[100]
     (ckpt / "dict.txt").write_text("".join(lines))
     return ["fill-mask", str(ckpt), "Hello <mask>."]
+
+
+def fill_mask_case(name: str, cause: str, *options: str) -> Case:
+    """`roberta fill-mask CKPT "Hi <mask>." OPTIONS` on the assets' checkpoint."""
+    return Case(f"fill-mask/{name}", cause, argv=hub_cli("fill-mask", "Hi <mask>.", *options))
+
+
+def columns_case(name: str, cause: str, rows: str, columns: str) -> Case:
+    """`roberta predict --columns COLUMNS` of a file holding `rows`."""
+    return Case(f"predict/{name}", cause, argv=lambda e: predict(e, rows, "--columns", columns))
+
+
+def config_case(name: str, cause: str, field: str, value) -> Case:
+    """fill-mask on a copy of the checkpoint whose config sets `field` to `value`."""
+    return Case(f"fill-mask/{name}", cause, argv=fill_mask_on(set_config(field, value)))
 
 
 CASES = [
@@ -379,65 +368,25 @@ CASES = [
         argv=lambda e: ["convert", e.checkpoint_copy(set_config("hidden_size", "32")), str(e.work / "o")],
     ),
     # ---- fill-mask
-    Case(
-        "fill-mask/topk-0",
-        "topk 0 out of range: give 1..50265",
-        argv=hub_cli("fill-mask", "Hi <mask>.", "--topk", "0"),
-    ),
-    Case(
-        "fill-mask/topk-past-vocab",
-        "topk 50266 out of range",
-        argv=hub_cli("fill-mask", "Hi <mask>.", "--topk", "50266"),
-    ),
-    Case(
-        "fill-mask/unknown-device",
-        "device 'foo' unknown",
-        argv=hub_cli("fill-mask", "Hi <mask>.", "--device", "foo"),
-    ),
-    Case(
-        "fill-mask/unavailable-device",
-        "device 'cuda:99' unavailable",
-        argv=hub_cli("fill-mask", "Hi <mask>.", "--device", "cuda:99"),
-    ),
+    fill_mask_case("topk-0", "topk 0 out of range: give 1..50265", "--topk", "0"),
+    fill_mask_case("topk-past-vocab", "topk 50266 out of range", "--topk", "50266"),
+    fill_mask_case("unknown-device", "device 'foo' unknown", "--device", "foo"),
+    fill_mask_case("unavailable-device", "device 'cuda:99' unavailable", "--device", "cuda:99"),
     Case(
         "fill-mask/tokenizer-files-edited", "they were replaced or edited", argv=edited_tokenizer_checkpoint
     ),
     Case("fill-mask/no-mask", "exactly one <mask>", argv=hub_cli("fill-mask", "no mask here")),
-    Case(
-        "fill-mask/zero-batch-tokens",
-        "--batch-tokens must be at least 1",
-        argv=hub_cli("fill-mask", "Hi <mask>.", "--batch-tokens", "0"),
-    ),
+    fill_mask_case("zero-batch-tokens", "--batch-tokens must be at least 1", "--batch-tokens", "0"),
     Case(
         "fill-mask/missing-checkpoint",
         "no such",
         argv=lambda e: ["fill-mask", str(e.work / "none"), "Hi <mask>."],
     ),
-    Case(
-        "fill-mask/negative-num-layers",
-        "'num_layers' must be at least 1",
-        argv=fill_mask_on(set_config("num_layers", -1)),
-    ),
-    Case(
-        "fill-mask/float-num-heads",
-        "'num_heads' must be an integer, not 2.0",
-        argv=fill_mask_on(set_config("num_heads", 2.0)),
-    ),
-    Case(
-        "fill-mask/bool-ffn-size",
-        "'ffn_size' must be an integer, not True",
-        argv=fill_mask_on(set_config("ffn_size", True)),
-    ),
-    Case(
-        "fill-mask/negative-dropout",
-        "'dropout' must be in [0, 1), not -0.1",
-        argv=fill_mask_on(set_config("dropout", -0.1)),
-    ),
-    Case(
-        "fill-mask/zero-vocab",
-        "'vocab_size' must be at least 1",
-        argv=fill_mask_on(set_config("vocab_size", 0)),
-    ),
+    config_case("negative-num-layers", "'num_layers' must be at least 1", "num_layers", -1),
+    config_case("float-num-heads", "'num_heads' must be an integer, not 2.0", "num_heads", 2.0),
+    config_case("bool-ffn-size", "'ffn_size' must be an integer, not True", "ffn_size", True),
+    config_case("negative-dropout", "'dropout' must be in [0, 1), not -0.1", "dropout", -0.1),
+    config_case("zero-vocab", "'vocab_size' must be at least 1", "vocab_size", 0),
     Case("fill-mask/config-not-utf8", "not UTF-8", argv=fill_mask_on(raw=b'{"format": "roberta\xff"}')),
     Case(
         "fill-mask/head-bool-classes",
@@ -507,21 +456,9 @@ CASES = [
     ),
     # ---- predict
     Case("predict/unknown-head", "unknown head 'nope'", argv=lambda e: predict(e, "a\n", head="nope")),
-    Case(
-        "predict/three-columns",
-        "give one or two columns",
-        argv=lambda e: predict(e, "a\tb\n", "--columns", "0,1,2"),
-    ),
-    Case(
-        "predict/short-row",
-        ":2: 1 column(s), but column 1",
-        argv=lambda e: predict(e, "a\tb\nc\n", "--columns", "0,1"),
-    ),
-    Case(
-        "predict/no-such-header",
-        "no column named 'text'",
-        argv=lambda e: predict(e, "a\tb\nc\td\n", "--columns", "text"),
-    ),
+    columns_case("three-columns", "give one or two columns", "a\tb\n", "0,1,2"),
+    columns_case("short-row", ":2: 1 column(s), but column 1", "a\tb\nc\n", "0,1"),
+    columns_case("no-such-header", "no column named 'text'", "a\tb\nc\td\n", "text"),
     Case("predict/no-rows", "no rows to predict", argv=lambda e: predict(e, "a\tb\n", "--header")),
     # ---- Python API: tokenizer, hub, config, corpus
     Case(

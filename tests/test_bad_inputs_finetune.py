@@ -54,26 +54,12 @@ class Env(refusals.Env):
     def finetune(self, family: str, *extra: str, out: str = "run") -> list[str]:
         """`roberta finetune FAMILY` on the assets' data and checkpoint, into work/OUT."""
         a = self.assets
+        squad = str(a.squad / "v1.1.json")
         data = {
             "glue": ["--task", "SST-2", "--data", str(a.glue / "SST-2")],
-            "classify": [
-                "--train",
-                str(a.classify / "train.csv"),
-                "--dev",
-                str(a.classify / "dev.csv"),
-                "--text-column",
-                "text",
-                "--label-column",
-                "label",
-            ],
-            "squad": [
-                "--version",
-                "1.1",
-                "--train",
-                str(a.squad / "v1.1.json"),
-                "--dev",
-                str(a.squad / "v1.1.json"),
-            ],
+            "classify": ["--train", str(a.classify / "train.csv"), "--dev", str(a.classify / "dev.csv")]
+            + "--text-column text --label-column label".split(),
+            "squad": ["--version", "1.1", "--train", squad, "--dev", squad],
             "race": ["--data", str(a.race)],
         }[family]
         return ["finetune", family, *data, "--init", str(a.checkpoint), "--out", str(self.work / out), *extra]
@@ -131,30 +117,19 @@ def assets(shared_data, tmp_path_factory) -> Assets:
 SHORT = ["--train.max_steps=2", "--train.eval_every=2", "--train.checkpoint_every=2"]
 
 
+def glue(env: Env, task: str, out: Path, *extra: str) -> list[str]:
+    """`roberta finetune glue --task TASK` on the assets' data and checkpoint, into `out`."""
+    data = ["--task", task, "--data", str(env.assets.glue / task)]
+    return ["finetune", "glue", *data, "--init", str(env.assets.checkpoint), "--out", str(out), *extra]
+
+
 def finished_glue_run(env: Env) -> Path:
     """A finished SST-2 run (2 steps) of the assets' checkpoint, built once beside the assets."""
     from roberta.cli import main
 
     run = env.assets.root.parent / "finetune-runs" / "finished"
     if not run.is_dir():
-        assert (
-            main(
-                [
-                    "finetune",
-                    "glue",
-                    "--task",
-                    "SST-2",
-                    "--data",
-                    str(env.assets.glue / "SST-2"),
-                    "--init",
-                    str(env.assets.checkpoint),
-                    "--out",
-                    str(run),
-                    *SHORT,
-                ]
-            )
-            == 0
-        )
+        assert main(glue(env, "SST-2", run, *SHORT)) == 0
     return run
 
 
@@ -228,19 +203,7 @@ def classify_with(env: Env, train: str, dev: str, *extra: str) -> list[str]:
 
 def rte(env: Env, *extra: str) -> list[str]:
     """`roberta finetune glue` on the assets' RTE (sentence pairs)."""
-    return [
-        "finetune",
-        "glue",
-        "--task",
-        "RTE",
-        "--data",
-        str(env.assets.glue / "RTE"),
-        "--init",
-        str(env.assets.checkpoint),
-        "--out",
-        str(env.work / "run"),
-        *extra,
-    ]
+    return glue(env, "RTE", env.work / "run", *extra)
 
 
 def jsonl(env: Env, name: str, labels: list) -> str:
@@ -249,96 +212,68 @@ def jsonl(env: Env, name: str, labels: list) -> str:
     )
 
 
+def refused(name: str, cause: str, command: str, *extra: str) -> Case:
+    """`roberta finetune FAMILY OPTIONS EXTRA` (`command`: "FAMILY OPTIONS", split on spaces) on the assets'
+    data and checkpoint, into work/run."""
+    family, *options = command.split()
+    return Case(f"finetune/{name}", cause, argv=lambda e: e.finetune(family, *options, *extra))
+
+
+def refused_in(kind: str, name: str, cause: str, command: str, *extra: str) -> Case:
+    """`refused(...)` with work/run holding a run of `kind` first (`run_in_work`)."""
+    argv = refused(name, cause, command, *extra).argv
+    return Case(f"finetune/{name}", cause, argv=lambda e: in_work(e, kind, argv(e)))
+
+
 FINETUNE_CASES: list[Case] = [
     # Options that mean nothing, refused before the run directory is made.
-    Case(
-        "finetune/best-metric-bogus",
-        "train.best_metric",
-        argv=lambda e: e.finetune("glue", "--train.best_metric=bogus"),
-    ),
-    Case(
-        "finetune/best-metric-not-squad",
+    refused("best-metric-bogus", "train.best_metric", "glue --train.best_metric=bogus"),
+    refused(
+        "best-metric-not-squad",
         "is not one of squad's evaluation figures",
-        argv=lambda e: e.finetune("squad", "--stride", "32", "--train.best_metric=accuracy"),
+        "squad --stride 32 --train.best_metric=accuracy",
     ),
-    Case(
-        "finetune/best-metric-race-set-name-without-test",
-        "'dev/middle'",
-        argv=lambda e: e.finetune("race", "--train.best_metric=dev/middle"),
-    ),
-    Case(
-        "finetune/max-length-below-one-token",
+    refused("best-metric-race-set-name-without-test", "'dev/middle'", "race --train.best_metric=dev/middle"),
+    refused(
+        "max-length-below-one-token",
         "data.max_length = 2 cannot hold <s> text </s>",
-        argv=lambda e: e.finetune("classify", "--data.max_length=2"),
+        "classify --data.max_length=2",
     ),
     Case(
         "finetune/max-length-pair",
         "data.max_length = 5 cannot hold <s> text </s></s> pair </s>",
         argv=lambda e: rte(e, "--data.max_length=5"),
     ),
-    Case(
-        "finetune/max-length-race",
-        "data.max_length = 5",
-        argv=lambda e: e.finetune("race", "--data.max_length=5"),
-    ),
-    Case(
-        "finetune/max-length-race-no-room-for-passage",
+    refused("max-length-race", "data.max_length = 5", "race --data.max_length=5"),
+    refused(
+        "max-length-race-no-room-for-passage",
         "leaves no room for the passage",
-        argv=lambda e: e.finetune("race", "--data.max_length=20", "--max-qa", "16"),
+        "race --data.max_length=20 --max-qa 16",
     ),
-    Case(
-        "finetune/max-length-squad",
-        "data.max_length = 4",
-        argv=lambda e: e.finetune("squad", "--data.max_length=4"),
-    ),
-    Case(
-        "finetune/max-qa-zero",
-        "--max-qa must be at least 1, not 0",
-        argv=lambda e: e.finetune("race", "--max-qa", "0"),
-    ),
-    Case(
-        "finetune/max-qa-negative",
-        "--max-qa must be at least 1, not -3",
-        argv=lambda e: e.finetune("race", "--max-qa", "-3"),
-    ),
-    Case(
-        "finetune/model-num-layers",
+    refused("max-length-squad", "data.max_length = 4", "squad --data.max_length=4"),
+    refused("max-qa-zero", "--max-qa must be at least 1, not 0", "race --max-qa 0"),
+    refused("max-qa-negative", "--max-qa must be at least 1, not -3", "race --max-qa -3"),
+    refused(
+        "model-num-layers",
         "model.num_layers = 4: a fine-tuned model's shape comes from",
-        argv=lambda e: e.finetune("glue", "--model.num_layers=4"),
+        "glue --model.num_layers=4",
     ),
-    Case(
-        "finetune/model-hidden-size",
-        "model.hidden_size",
-        argv=lambda e: e.finetune("classify", "--model.hidden_size=128"),
-    ),
-    Case(
-        "finetune/model-preset",
-        "model.preset = 'large'",
-        argv=lambda e: e.finetune("squad", "--model.preset=large"),
-    ),
-    Case(
-        "finetune/model-position-init",
-        "model.position_init",
-        argv=lambda e: e.finetune("race", "--model.position_init=sinusoidal"),
-    ),
-    Case(
-        "finetune/model-classifier-dropout-out-of-range",
+    refused("model-hidden-size", "model.hidden_size", "classify --model.hidden_size=128"),
+    refused("model-preset", "model.preset = 'large'", "squad --model.preset=large"),
+    refused("model-position-init", "model.position_init", "race --model.position_init=sinusoidal"),
+    refused(
+        "model-classifier-dropout-out-of-range",
         "model.classifier_dropout",
-        argv=lambda e: e.finetune("glue", "--model.classifier_dropout=1.5"),
+        "glue --model.classifier_dropout=1.5",
     ),
-    Case(
-        "finetune/eval-every-zero",
-        "--eval-every must be at least 1",
-        argv=lambda e: e.finetune("glue", "--eval-every", "0"),
-    ),
-    Case(
-        "finetune/seeds-zero", "--seeds must be at least 1", argv=lambda e: e.finetune("glue", "--seeds", "0")
-    ),
+    refused("eval-every-zero", "--eval-every must be at least 1", "glue --eval-every 0"),
+    refused("seeds-zero", "--seeds must be at least 1", "glue --seeds 0"),
     # A sweep's fourth member (batch 32) cannot split into micro-batches of 24: no member's directory is made.
-    Case(
-        "finetune/sweep-member-four-invalid",
+    refused(
+        "sweep-member-four-invalid",
         "train.batch_size = 32 is not a multiple",
-        argv=lambda e: e.finetune("glue", "--sweep", "--train.micro_batch_size=24", *SHORT),
+        "glue --sweep --train.micro_batch_size=24",
+        *SHORT,
     ),
     # Data files: every one read and checked before training.
     Case(
@@ -429,25 +364,17 @@ FINETUNE_CASES: list[Case] = [
         ),
     ),
     # --out: a directory that holds a run (finished or killed) or anything else is left untouched.
-    Case(
-        "finetune/out-holds-finished-run",
+    refused_in(
+        "finished",
+        "out-holds-finished-run",
         "already holds a finished run; pass --resume to continue it or --overwrite",
-        argv=lambda e: in_work(e, "finished", e.finetune("glue", *SHORT)),
+        "glue",
+        *SHORT,
     ),
-    Case(
-        "finetune/out-holds-killed-run",
-        "already holds an unfinished run",
-        argv=lambda e: in_work(e, "killed", e.finetune("glue", *SHORT)),
-    ),
-    Case(
-        "finetune/out-holds-run-killed-early",
-        "already holds an unfinished run",
-        argv=lambda e: in_work(e, "early", e.finetune("glue", *SHORT)),
-    ),
-    Case(
-        "finetune/out-holds-finished-run-seeds",
-        "already holds a finished run",
-        argv=lambda e: in_work(e, "finished", e.finetune("glue", "--seeds", "2", *SHORT)),
+    refused_in("killed", "out-holds-killed-run", "already holds an unfinished run", "glue", *SHORT),
+    refused_in("early", "out-holds-run-killed-early", "already holds an unfinished run", "glue", *SHORT),
+    refused_in(
+        "finished", "out-holds-finished-run-seeds", "already holds a finished run", "glue --seeds 2", *SHORT
     ),
     Case(
         "finetune/out-holds-foreign-file",
@@ -459,12 +386,8 @@ FINETUNE_CASES: list[Case] = [
         "exists and is not a directory",
         argv=lambda e: (e.file("run", "mine"), e.finetune("race"))[-1],
     ),
-    Case(
-        "finetune/resume-and-overwrite",
-        "--resume and --overwrite",
-        argv=lambda e: in_work(e, "killed", e.finetune("glue", "--resume", "--overwrite")),
-    ),
-    Case("finetune/resume-nothing", "no run to continue", argv=lambda e: e.finetune("glue", "--resume")),
+    refused_in("killed", "resume-and-overwrite", "--resume and --overwrite", "glue --resume --overwrite"),
+    refused("resume-nothing", "no run to continue", "glue --resume"),
     Case(
         "finetune/resume-foreign-file",
         "holds 'notes.txt', which is not a run",
@@ -474,33 +397,34 @@ FINETUNE_CASES: list[Case] = [
             e.finetune("glue", "--resume"),
         )[-1],
     ),
-    Case(
-        "finetune/resume-seeds-root-holds-single-run",
+    refused_in(
+        "killed",
+        "resume-seeds-root-holds-single-run",
         "which is not a member of this command's --seeds/--sweep",
-        argv=lambda e: in_work(e, "killed", e.finetune("glue", "--seeds", "2", "--resume")),
+        "glue --seeds 2 --resume",
     ),
     # --resume with another head, task or batch plan than the run's: named before any weight is loaded.
-    Case(
-        "finetune/resume-other-head",
+    refused_in(
+        "killed",
+        "resume-other-head",
         "holds the heads sentiment (2), SST-2 (2), this job trains sentiment (2), other (2)",
-        argv=lambda e: in_work(e, "killed", e.finetune("classify", "--head", "other", "--resume")),
+        "classify --head other --resume",
     ),
-    Case(
-        "finetune/resume-squad-from-glue-run",
+    refused_in(
+        "killed",
+        "resume-squad-from-glue-run",
         "this job trains sentiment (2), squad (span)",
-        argv=lambda e: in_work(e, "killed", e.finetune("squad", "--stride", "32", "--resume")),
+        "squad --stride 32 --resume",
     ),
-    Case(
-        "finetune/resume-finished-glue-as-race",
-        "this job trains sentiment (2), race (1)",
-        argv=lambda e: in_work(e, "finished", e.finetune("race", "--resume")),
+    refused_in(
+        "finished", "resume-finished-glue-as-race", "this job trains sentiment (2), race (1)", "race --resume"
     ),
-    Case(
-        "finetune/resume-other-micro-batch",
+    refused_in(
+        "killed",
+        "resume-other-micro-batch",
         "micro-batch size x world size changed",
-        argv=lambda e: in_work(
-            e, "killed", e.finetune("glue", "--resume", "--train.micro_batch_size=16", *SHORT)
-        ),
+        "glue --resume --train.micro_batch_size=16",
+        *SHORT,
     ),
 ]
 
@@ -520,17 +444,8 @@ def one_row_dev(env: Env, task: str) -> str:
 def evaluate_squad(
     env: Env, dev: str, predictions: str = "{}", *extra: str, version: str = "1.1"
 ) -> list[str]:
-    return [
-        "evaluate",
-        "squad",
-        "--version",
-        version,
-        "--dev",
-        dev,
-        "--predictions",
-        env.file("p.json", predictions),
-        *extra,
-    ]
+    options = ["--version", version, "--dev", dev, "--predictions", env.file("p.json", predictions)]
+    return ["evaluate", "squad", *options, *extra]
 
 
 def heads_checkpoint(env: Env) -> str:
@@ -554,17 +469,24 @@ def heads_hub(path: str) -> Roberta:
 
 
 def predict_task(env: Env, task: str, *extra: str, ckpt: str | None = None) -> list[str]:
-    return [
-        "predict",
-        ckpt or heads_checkpoint(env),
-        "--task",
-        task,
-        "--input",
-        str(env.assets.glue / task / "dev.tsv"),
-        "--out",
-        str(env.work / "p.tsv"),
-        *extra,
-    ]
+    ckpt = ckpt or heads_checkpoint(env)
+    dev, out = str(env.assets.glue / task / "dev.tsv"), str(env.work / "p.tsv")
+    return ["predict", ckpt, "--task", task, "--input", dev, "--out", out, *extra]
+
+
+def inference(
+    env: Env, verb: str, options: str, name: str, content: str, ckpt: str | None = None
+) -> list[str]:
+    """`roberta predict|embed CKPT OPTIONS` (the assets' checkpoint by default) of a file `name` holding
+    `content`, into work/."""
+    out = str(env.work / ("p.tsv" if verb == "predict" else "v.npy"))
+    ckpt = ckpt or str(env.assets.checkpoint)
+    return [verb, ckpt, *options.split(), "--input", env.file(name, content), "--out", out]
+
+
+def task_case(name: str, cause: str, task: str, *extra: str) -> Case:
+    """`predict_task` on the checkpoint whose heads fit no task (`heads_checkpoint`)."""
+    return Case(f"predict/{name}", cause, argv=lambda e: predict_task(e, task, *extra))
 
 
 def answer(*args, **kwargs) -> Callable[[Env], Callable[[], object]]:
@@ -575,14 +497,8 @@ def answer(*args, **kwargs) -> Callable[[Env], Callable[[], object]]:
 def short_span_hub(env: Env) -> Roberta:
     """8 positions: too few for a question and a context window."""
     tokenizer = env.assets.hub.tokenizer
-    config = RobertaConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=8,
-        num_layers=1,
-        num_heads=2,
-        ffn_size=8,
-        max_positions=10,
-    )
+    shape = dict(hidden_size=8, num_layers=1, num_heads=2, ffn_size=8, max_positions=10)
+    config = RobertaConfig(vocab_size=tokenizer.vocab_size, **shape)
     hub = Roberta(RobertaModel(config), tokenizer).eval()
     hub.model.add_head("squad", SpanHead(config))
     return hub
@@ -652,92 +568,42 @@ INFERENCE_CASES: list[Case] = [
         argv=lambda e: evaluate_squad(e, str(e.assets.squad / "v1.1.json"), "[]"),
     ),
     # predict --task: the head named after the task must fit it
-    Case(
-        "predict/task-head-too-wide",
-        "head 'SST-2' has 3 output(s), but SST-2 needs 2 (0, 1)",
-        argv=lambda e: predict_task(e, "SST-2"),
+    task_case("task-head-too-wide", "head 'SST-2' has 3 output(s), but SST-2 needs 2 (0, 1)", "SST-2"),
+    task_case(
+        "task-regression-head-two-wide", "head 'STS-B' has 2 output(s), but STS-B needs 1 (a score)", "STS-B"
     ),
-    Case(
-        "predict/task-regression-head-two-wide",
-        "head 'STS-B' has 2 output(s), but STS-B needs 1 (a score)",
-        argv=lambda e: predict_task(e, "STS-B"),
-    ),
-    Case(
-        "predict/task-head-labels-reordered",
+    task_case(
+        "task-head-labels-reordered",
         "labels not_entailment, entailment, but RTE's are entailment, not_entailment",
-        argv=lambda e: predict_task(e, "RTE"),
+        "RTE",
     ),
     Case(
         "predict/task-head-missing",
         "unknown head 'SST-2' (registered: sentiment)",
         argv=lambda e: predict_task(e, "SST-2", ckpt=str(e.assets.checkpoint)),
     ),
-    Case(
-        "predict/task-with-head",
-        "--head means nothing with --task",
-        argv=lambda e: predict_task(e, "SST-2", "--head", "SST-2"),
-    ),
-    Case(
-        "predict/task-with-columns",
-        "--columns means nothing with --task",
-        argv=lambda e: predict_task(e, "SST-2", "--columns", "0"),
-    ),
+    task_case("task-with-head", "--head means nothing with --task", "SST-2", "--head", "SST-2"),
+    task_case("task-with-columns", "--columns means nothing with --task", "SST-2", "--columns", "0"),
     Case(
         "predict/span-head",
         "head 'squad' is a span head (for answer()), not a classification head",
-        argv=lambda e: [
-            "predict",
-            heads_checkpoint(e),
-            "--head",
-            "squad",
-            "--input",
-            e.file("t.tsv", "a\n"),
-            "--out",
-            str(e.work / "p.tsv"),
-        ],
+        argv=lambda e: inference(e, "predict", "--head squad", "t.tsv", "a\n", ckpt=heads_checkpoint(e)),
     ),
     # refused before the progress bar is drawn (no --no-progress here)
     Case(
         "predict/short-row-with-progress",
         "t.tsv:2: 1 column(s), but column 1",
-        argv=lambda e: [
-            "predict",
-            str(e.assets.checkpoint),
-            "--head",
-            "sentiment",
-            "--columns",
-            "0,1",
-            "--input",
-            e.file("t.tsv", "a\tb\nc\n"),
-            "--out",
-            str(e.work / "p.tsv"),
-        ],
+        argv=lambda e: inference(e, "predict", "--head sentiment --columns 0,1", "t.tsv", "a\tb\nc\n"),
     ),
     Case(
         "embed/layer-past-depth-with-progress",
         "layer 3 out of range",
-        argv=lambda e: [
-            "embed",
-            str(e.assets.checkpoint),
-            "--input",
-            e.file("t.txt", "a\n"),
-            "--out",
-            str(e.work / "v.npy"),
-            "--layer",
-            "3",
-        ],
+        argv=lambda e: inference(e, "embed", "", "t.txt", "a\n") + ["--layer", "3"],
     ),
     Case(
         "embed/too-long-with-progress",
         "t.txt:2: text of 203 tokens is longer than the model's 128",
-        argv=lambda e: [
-            "embed",
-            str(e.assets.checkpoint),
-            "--input",
-            e.file("t.txt", "a\n" + "word " * 200 + "\n"),
-            "--out",
-            str(e.work / "v.npy"),
-        ],
+        argv=lambda e: inference(e, "embed", "", "t.txt", "a\n" + "word " * 200 + "\n"),
     ),
     # predict(): the head and the ids
     Case(
@@ -818,26 +684,7 @@ INFERENCE_CASES: list[Case] = [
 
 # ---- checkpoints as others write them (fairseq symbol vocabularies, HF 5.x directories, no LM head)
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
-LAYOUT_WORDS = [
-    "the",
-    "a",
-    "cat",
-    "dog",
-    "sat",
-    "ran",
-    "on",
-    "under",
-    "mat",
-    "tree",
-    "big",
-    "small",
-    "red",
-    "blue",
-    "and",
-    "then",
-    "it",
-    "was",
-]
+LAYOUT_WORDS = "the a cat dog sat ran on under mat tree big small red blue and then it was".split()
 
 
 @cache
@@ -866,17 +713,9 @@ def real_layouts() -> Path:
     )
 
     def hf(cls, directory: str, vocab_size: int, **extra) -> Path:
-        config = transformers.RobertaConfig(
-            vocab_size=vocab_size,
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=34,
-            type_vocab_size=1,
-            layer_norm_eps=1e-5,
-            **extra,
-        )
+        hf_shape = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+        embeddings = dict(max_position_embeddings=34, type_vocab_size=1, layer_norm_eps=1e-5)
+        config = transformers.RobertaConfig(vocab_size=vocab_size, **hf_shape, **embeddings, **extra)
         cls(config).save_pretrained(root / directory)
         return root / directory
 
@@ -961,6 +800,13 @@ def nested(path: str, value) -> Callable[[dict], None]:
         obj[last] = value
 
     return change
+
+
+def symbol_dict(name: str, cause: str, dict_txt: str | bytes) -> Case:
+    """fill-mask on the fairseq layout with `dict_txt` as its dict.txt."""
+    return Case(
+        f"checkpoint/symbol-dict-{name}", cause, argv=lambda e: fill_mask(e, "fairseq", dict_txt=dict_txt)
+    )
 
 
 REAL_CHECKPOINT_CASES: list[Case] = [
@@ -1054,58 +900,22 @@ REAL_CHECKPOINT_CASES: list[Case] = [
         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.vocab.a", 9999)),
     ),
     # fairseq dict.txt of plain symbols, malformed.
-    Case(
-        "checkpoint/symbol-dict-tab-separated",
-        "dict.txt:2: expected '<symbol> <count>', got 'C\\t1'",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC\t1\n"),
+    symbol_dict("tab-separated", "dict.txt:2: expected '<symbol> <count>', got 'C\\t1'", "A 1\nC\t1\n"),
+    symbol_dict("count-not-a-number", "dict.txt:1: expected '<symbol> <count>'", "A one\n"),
+    symbol_dict("duplicate", "dict.txt:3: duplicate symbol 'A'", "A 1\nC 1\nA 1\n"),
+    symbol_dict(
+        "overwrite-flag", "#fairseq:overwrite would give it a second id", "A 1\nC 1\nA 1 #fairseq:overwrite\n"
     ),
-    Case(
-        "checkpoint/symbol-dict-count-not-a-number",
-        "dict.txt:1: expected '<symbol> <count>'",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A one\n"),
-    ),
-    Case(
-        "checkpoint/symbol-dict-duplicate",
-        "dict.txt:3: duplicate symbol 'A'",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC 1\nA 1\n"),
-    ),
-    Case(
-        "checkpoint/symbol-dict-overwrite-flag",
-        "#fairseq:overwrite would give it a second id",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A 1\nC 1\nA 1 #fairseq:overwrite\n"),
-    ),
-    Case(
-        "checkpoint/symbol-dict-lists-a-special",
-        "dict.txt:1: duplicate symbol '<s>'",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="<s> 1\nA 1\n"),
-    ),
-    Case(
-        "checkpoint/symbol-dict-empty",
-        "no symbols (an empty dict.txt)",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt=""),
-    ),
-    Case(
-        "checkpoint/symbol-dict-not-utf8",
-        "dict.txt:2: not valid UTF-8",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt=b"A 1\n\xff 1\n"),
-    ),
-    Case(
-        "checkpoint/symbol-dict-symbol-with-whitespace",
-        "symbol 'A\\xa0B' holds whitespace",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="A\u00a0B 1\nC 1\n"),
-    ),
-    Case(
-        "checkpoint/symbol-dict-more-symbols-than-embedding-rows",
+    symbol_dict("lists-a-special", "dict.txt:1: duplicate symbol '<s>'", "<s> 1\nA 1\n"),
+    symbol_dict("empty", "no symbols (an empty dict.txt)", ""),
+    symbol_dict("not-utf8", "dict.txt:2: not valid UTF-8", b"A 1\n\xff 1\n"),
+    symbol_dict("symbol-with-whitespace", "symbol 'A\\xa0B' holds whitespace", "A\u00a0B 1\nC 1\n"),
+    symbol_dict(
+        "more-symbols-than-embedding-rows",
         "tokenizer has 35 tokens but the embedding has 25 rows",
-        argv=lambda e: fill_mask(
-            e, "fairseq", dict_txt="".join(f"{c} 1\n" for c in AMINO_ACIDS + "BJOUXZ*.-~")
-        ),
+        "".join(f"{c} 1\n" for c in AMINO_ACIDS + "BJOUXZ*.-~"),
     ),
-    Case(
-        "checkpoint/symbol-dict-byte-order-mark",
-        "dict.txt:1: starts with a UTF-8 byte-order mark",
-        argv=lambda e: fill_mask(e, "fairseq", dict_txt="\ufeffA 1\nC 1\n"),
-    ),
+    symbol_dict("byte-order-mark", "dict.txt:1: starts with a UTF-8 byte-order mark", "\ufeffA 1\nC 1\n"),
     Case(
         "checkpoint/fairseq-directory-without-model-pt",
         "no model.pt, but checkpoint_vh.pt: give the .pt file itself",

@@ -228,18 +228,15 @@ def hand_mapped(state: dict, config: RobertaConfig, heads: dict[str, int], prefi
 
 
 def fairseq_args(config: RobertaConfig) -> argparse.Namespace:
+    shape = {"encoder_layers": config.num_layers, "encoder_embed_dim": config.hidden_size}
+    shape |= {"encoder_ffn_embed_dim": config.ffn_size, "encoder_attention_heads": config.num_heads}
+    dropouts = {"dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.0, "pooler_dropout": 0.0}
     return argparse.Namespace(
         arch="roberta_base",
         task="masked_lm",
-        encoder_layers=config.num_layers,
-        encoder_embed_dim=config.hidden_size,
-        encoder_ffn_embed_dim=config.ffn_size,
-        encoder_attention_heads=config.num_heads,
+        **shape,
         max_positions=config.max_seq_len,
-        dropout=0.1,
-        attention_dropout=0.1,
-        activation_dropout=0.0,
-        pooler_dropout=0.0,
+        **dropouts,
         activation_fn="gelu",
         encoder_normalize_before=False,
     )
@@ -258,19 +255,10 @@ HEADS = {"mnli": 3, "stsb": 1}
 @pytest.mark.parametrize("prefix", ["encoder.", "decoder."])
 def test_fairseq_import_matches_hand_mapped_weights(prefix, tmp_path):
     # 2 heads of width 16: a head count the shapes alone would get wrong (32 // 64 → 1).
-    config = RobertaConfig(
-        vocab_size=60,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        ffn_size=64,
-        max_positions=34,
-        classifier_dropout=0.0,
-    )
+    config = dataclasses.replace(MICRO, num_heads=2, classifier_dropout=0.0)
     state = random_fairseq_state(config, HEADS, prefix)
-    state["encoder.sentence_encoder.version" if prefix == "encoder." else "decoder.version"] = torch.tensor(
-        [2.0]
-    )
+    version = "encoder.sentence_encoder.version" if prefix == "encoder." else "decoder.version"
+    state[version] = torch.tensor([2.0])
     ckpt = {"args": fairseq_args(config), "model": state, "optimizer_history": [], "extra_state": {}}
     torch.save(ckpt, tmp_path / "model.pt")
 
@@ -491,12 +479,8 @@ def test_convert_that_fails_its_check_leaves_nothing(tmp_path, capsys):
     model = micro_model()
     export_hf(tmp_path / "src", model)
     # A negative tolerance no difference can meet: the check must fail and clean up.
-    assert (
-        cli.main(
-            ["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "fairseq", "--tolerance", "-1"]
-        )
-        == 2
-    )
+    argv = ["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--to", "fairseq", "--tolerance", "-1"]
+    assert cli.main(argv) == 2
     assert "conversion check failed" in capsys.readouterr().err
     assert not (tmp_path / "dst").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["src"]

@@ -35,6 +35,11 @@ def sst128(shared_data, tmp_path_factory) -> Path:
 SST_JOB = ["--optim.lr=1e-3", "--train.batch_size=16", "--train.epochs=8"]
 
 
+def glue(task: str, data: Path, init: Path, out: Path, *extra: str) -> list[str]:
+    """The arguments of `roberta finetune glue` (after "finetune")."""
+    return ["glue", "--task", task, "--data", str(data), "--init", str(init), "--out", str(out), *extra]
+
+
 def finetune_cli(args: list[str], fault: str | None = None, resume: bool = False) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("ROBERTA_FAULT", None)
@@ -46,18 +51,7 @@ def finetune_cli(args: list[str], fault: str | None = None, resume: bool = False
 
 def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp_path):
     def args(out: Path) -> list[str]:
-        return [
-            "glue",
-            "--task",
-            "SST-2",
-            "--data",
-            str(sst128),
-            "--init",
-            str(micro),
-            "--out",
-            str(out),
-            *SST_JOB,
-        ]
+        return glue("SST-2", sst128, micro, out, *SST_JOB)
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     procs = [finetune_cli(args(whole)), finetune_cli(args(killed), fault="step-21:micro-batch-0")]
@@ -164,24 +158,7 @@ def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, shared_data, tmp_
     steps = ["--train.max_steps=2", "--train.eval_every=2", "--train.checkpoint_every=2"]
     for init in (tmp_path / "hf", tmp_path / "fairseq" / "model.pt"):
         out = tmp_path / f"run-{init.name}"
-        assert (
-            main(
-                [
-                    "finetune",
-                    "glue",
-                    "--task",
-                    "SST-2",
-                    "--data",
-                    str(sst128),
-                    "--init",
-                    str(init),
-                    "--out",
-                    str(out),
-                    *steps,
-                ]
-            )
-            == 0
-        )
+        assert main(["finetune", *glue("SST-2", sst128, init, out, *steps)]) == 0
         assert (out / "best" / "config.json").is_file()
         assert [e["step"] for e in json.loads((out / "results.json").read_text())["evaluations"]] == [2]
     # STS-B from the SST-2 model's body with a new one-output head (regression, MSE).
@@ -194,26 +171,8 @@ def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, shared_data, tmp_
     for name in ("train.tsv", "dev.tsv"):
         (stsb / name).write_text(header + rows)
     out = tmp_path / "stsb"
-    assert (
-        main(
-            [
-                "finetune",
-                "glue",
-                "--task",
-                "STS-B",
-                "--data",
-                str(stsb),
-                "--init",
-                str(micro),
-                "--init-task",
-                str(tmp_path / "run-hf" / "best"),
-                "--out",
-                str(out),
-                *steps,
-            ]
-        )
-        == 0
-    )
+    init_task = ["--init-task", str(tmp_path / "run-hf" / "best")]
+    assert main(["finetune", *glue("STS-B", stsb, micro, out, *init_task, *steps)]) == 0
     best = checkpoint.load(out / "best")[0]
     assert list(best.heads) == ["STS-B"] and best.heads["STS-B"].spec()["num_classes"] == 1
     record = json.loads((out / "results.json").read_text())
@@ -226,21 +185,9 @@ def test_init_from_hf_and_fairseq_and_init_task(micro, sst128, shared_data, tmp_
     test.write_text(
         "".join((shared_data / "glue" / "SST-2" / "test.tsv").read_text().splitlines(keepends=True)[:21])
     )
-    assert (
-        main(
-            [
-                "predict",
-                str(tmp_path / "run-hf" / "best"),
-                "--task",
-                "SST-2",
-                "--input",
-                str(test),
-                "--out",
-                str(tmp_path / "SST-2.tsv"),
-            ]
-        )
-        == 0
-    )
+    best_hf, predictions = tmp_path / "run-hf" / "best", tmp_path / "SST-2.tsv"
+    predict = ["predict", str(best_hf), "--task", "SST-2", "--input", str(test)]
+    assert main([*predict, "--out", str(predictions)]) == 0
     rows = [r.split("\t") for r in (tmp_path / "SST-2.tsv").read_text().splitlines()]
     assert rows[0] == ["index", "prediction"] and [r[0] for r in rows[1:]] == [str(i) for i in range(20)]
     assert {r[1] for r in rows[1:]} <= {"0", "1"}
@@ -250,27 +197,11 @@ def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
     words = ["good", "great", "fine", "bad", "awful", "poor"]
     rows = [(f"this is {w} {i}", "pos" if w in words[:3] else "neg") for i in range(8) for w in words]
     (tmp_path / "train.csv").write_text("text,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    args = [
-        "finetune",
-        "classify",
-        "--train",
-        str(tmp_path / "train.csv"),
-        "--dev",
-        str(tmp_path / "train.csv"),
-        "--text-column",
-        "text",
-        "--label-column",
-        "sentiment",
-        "--init",
-        str(micro),
-        "--out",
-        str(tmp_path / "run"),
-        "--seeds",
-        "2",
-        "--train.max_steps=3",
-        "--train.eval_every=3",
-        "--train.checkpoint_every=3",
-    ]
+    train = str(tmp_path / "train.csv")
+    args = ["finetune", "classify", "--train", train, "--dev", train]
+    args += [*"--text-column text --label-column sentiment".split(), "--init", str(micro)]
+    args += ["--out", str(tmp_path / "run")]
+    args += "--seeds 2 --train.max_steps=3 --train.eval_every=3 --train.checkpoint_every=3".split()
     assert main(args) == 0
     summary = json.loads((tmp_path / "run" / "results.json").read_text())
     cell = next(iter(summary["cells"].values()))
@@ -281,23 +212,9 @@ def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
     )
     # `roberta predict` prints the label names the head keeps.
     (tmp_path / "new.tsv").write_text("text\nthis is good\nthis is awful\n")
-    assert (
-        main(
-            [
-                "predict",
-                str(tmp_path / "run" / "seed1" / "best"),
-                "--head",
-                "classifier",
-                "--columns",
-                "text",
-                "--input",
-                str(tmp_path / "new.tsv"),
-                "--out",
-                str(tmp_path / "out.tsv"),
-            ]
-        )
-        == 0
-    )
+    best = str(tmp_path / "run" / "seed1" / "best")
+    args = ["predict", best, *"--head classifier --columns text --input".split(), str(tmp_path / "new.tsv")]
+    assert main([*args, "--out", str(tmp_path / "out.tsv")]) == 0
     rows = [r.split("\t") for r in (tmp_path / "out.tsv").read_text().splitlines()]
     assert len(rows) == 3 and {r[0] for r in rows[1:]} <= {"neg", "pos"}
 
@@ -305,35 +222,10 @@ def test_own_data_with_string_labels_and_seeds(micro, tmp_path, capsys):
 def test_bad_fine_tuning_input_is_one_line_and_leaves_no_run(micro, sst128, tmp_path, capsys):
     (tmp_path / "train.csv").write_text("text,label\nfine,a\nbad,b\n")
     (tmp_path / "dev.csv").write_text("text,label\nok,c\n")
+    classify = ["classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv")]
     cases = [
-        (
-            [
-                "classify",
-                "--train",
-                str(tmp_path / "train.csv"),
-                "--dev",
-                str(tmp_path / "dev.csv"),
-                "--text-column",
-                "text",
-                "--label-column",
-                "label",
-            ],
-            "dev.csv:2: label 'c'",
-        ),
-        (
-            [
-                "classify",
-                "--train",
-                str(tmp_path / "train.csv"),
-                "--dev",
-                str(tmp_path / "dev.csv"),
-                "--text-column",
-                "sentence",
-                "--label-column",
-                "label",
-            ],
-            "sentence",
-        ),
+        ([*classify, *"--text-column text --label-column label".split()], "dev.csv:2: label 'c'"),
+        ([*classify, *"--text-column sentence --label-column label".split()], "sentence"),
         (["glue", "--task", "SST-3", "--data", str(sst128)], "SST-3"),
         (["glue", "--task", "SST-2", "--data", str(tmp_path)], "train.tsv"),
         (["glue", "--task", "SST-2", "--data", str(sst128), "--optim.lr=-1"], "optim.lr"),
@@ -349,22 +241,6 @@ def test_bad_fine_tuning_input_is_one_line_and_leaves_no_run(micro, sst128, tmp_
     model, tok = checkpoint.load(micro)
     model.add_classification_head("SST-2", 3)
     checkpoint.save(tmp_path / "three", model, tok)
-    assert (
-        main(
-            [
-                "finetune",
-                "glue",
-                "--task",
-                "SST-2",
-                "--data",
-                str(sst128),
-                "--init",
-                str(tmp_path / "three"),
-                "--out",
-                str(tmp_path / "run"),
-            ]
-        )
-        == 2
-    )
+    assert main(["finetune", *glue("SST-2", sst128, tmp_path / "three", tmp_path / "run")]) == 2
     assert "head 'SST-2' has 3 outputs" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -33,21 +33,8 @@ def sst(shared_data, tmp_path_factory) -> Path:
 
 
 def glue(sst: Path, micro: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "finetune",
-        "glue",
-        "--task",
-        "SST-2",
-        "--data",
-        str(sst),
-        "--init",
-        str(micro),
-        "--out",
-        str(out),
-        "--train.batch_size=8",
-        *STEPS,
-        *extra,
-    ]
+    command = ["finetune", "glue", "--task", "SST-2", "--data", str(sst), "--init", str(micro)]
+    return [*command, "--out", str(out), "--train.batch_size=8", *STEPS, *extra]
 
 
 def files(run: Path) -> dict[str, int]:
@@ -114,20 +101,8 @@ def test_resume_of_seeds_continues_each_member_and_leaves_finished_ones(sst, mic
 
 def test_model_dropout_applies_and_job_records_the_model_built(sst, micro, tmp_path):
     out = tmp_path / "run"
-    assert (
-        main(
-            glue(
-                sst,
-                micro,
-                out,
-                "--train.max_steps=2",
-                "--model.dropout=0",
-                "--model.attention_dropout=0",
-                "--model.classifier_dropout=0",
-            )
-        )
-        == 0
-    )
+    no_dropout = "--model.dropout=0 --model.attention_dropout=0 --model.classifier_dropout=0".split()
+    assert main(glue(sst, micro, out, "--train.max_steps=2", *no_dropout)) == 0
     job = json.loads((out / "job.json").read_text())["job"]
     built = checkpoint.load(out / "best")[0].config
     assert job["model"] == built.to_dict()
@@ -156,30 +131,9 @@ def test_jsonl_labels_are_classes_by_value_and_an_unnamed_head_takes_them(micro,
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "finetune",
-                "classify",
-                "--train",
-                str(data),
-                "--dev",
-                str(data),
-                "--text-column",
-                "text",
-                "--label-column",
-                "label",
-                "--init",
-                str(micro),
-                "--out",
-                str(out),
-                "--batch-size",
-                "4",
-                "--train.max_steps=2",
-            ]
-        )
-        == 0
-    )
+    columns = "--text-column text --label-column label".split()
+    args = ["finetune", "classify", "--train", str(data), "--dev", str(data), *columns, "--init", str(micro)]
+    assert main([*args, "--out", str(out), "--batch-size", "4", "--train.max_steps=2"]) == 0
     head = checkpoint.load(out / "best")[0].heads["classifier"]
     assert head.labels == ("0", "1")  # the --init head was unnamed: it takes the data's labels
 
@@ -190,29 +144,10 @@ def test_a_warning_found_while_planning_is_shown_once_the_plan_passes(shared_dat
     paragraphs[0]["qas"][0]["answers"] = [{"text": "not in the context", "answer_start": 0}]
     path = tmp_path / "squad.json"
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
-    assert (
-        main(
-            [
-                "finetune",
-                "squad",
-                "--version",
-                "1.1",
-                "--train",
-                str(path),
-                "--dev",
-                str(path),
-                "--stride",
-                "32",
-                "--init",
-                str(micro),
-                "--out",
-                str(tmp_path / "run"),
-                "--train.batch_size=4",
-                "--train.max_steps=1",
-            ]
-        )
-        == 0
-    )
+    args = ["finetune", "squad", "--version", "1.1", "--train", str(path), "--dev", str(path)]
+    args += ["--stride", "32", "--init", str(micro), "--out", str(tmp_path / "run")]
+    args += ["--train.batch_size=4", "--train.max_steps=1"]
+    assert main(args) == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("roberta: warning:")]
     assert len(warned) == 1 and "1 SQuAD question(s) skipped" in warned[0]
 

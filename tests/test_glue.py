@@ -77,6 +77,11 @@ SHARED_FILES = [
 ]
 
 
+def evaluate_glue(task: str, dev: Path, predictions: Path) -> int:
+    """`roberta evaluate glue`: its exit status."""
+    return main(["evaluate", "glue", "--task", task, "--dev", str(dev), "--predictions", str(predictions)])
+
+
 def count_rows(path: Path, header: bool) -> int:
     lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
     return len(lines) - header
@@ -270,12 +275,7 @@ def test_roberta_evaluate_glue_prints_the_official_metrics(shared_data, tmp_path
     write_predictions(
         task, tmp_path / "p.tsv", [examples[i].index for i in order], [predictions[i] for i in order]
     )
-    assert (
-        main(
-            ["evaluate", "glue", "--task", name, "--dev", str(dev), "--predictions", str(tmp_path / "p.tsv")]
-        )
-        == 0
-    )
+    assert evaluate_glue(name, dev, tmp_path / "p.tsv") == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == pytest.approx(metrics(task, predictions, labels), rel=1e-12)
     assert printed == pytest.approx(evaluate_predictions(task, dev, tmp_path / "p.tsv"))
@@ -321,83 +321,62 @@ STS_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentenc
 STS_ROW = "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane.\tAn air plane.\t"
 
 
+def labelled(**options):
+    """A reader of a labelled file's "text" column."""
+    return lambda p: read_labelled_file(p, "text", **options)
+
+
+def split(task: str, **options):
+    """A reader of a GLUE split of `task`."""
+    return lambda p: read_split(TASKS[task], p, **options)
+
+
+RTE_HEADER = "index\tsentence1\tsentence2\tlabel\n"
+BY_LABEL, BY_Y, RTE = labelled(label_column="label"), labelled(label_column="y"), split("RTE")
+
+
 @pytest.mark.parametrize(
     "name, content, read, message",
     [
         (
             "a.csv",
             "text,verdict\nhi,yes\n",
-            lambda p: read_labelled_file(p, "text", label_column="label"),
+            BY_LABEL,
             "a.csv:1: no column 'label' in the header (columns: text, verdict)",
         ),
-        (
-            "a.tsv",
-            "text\tlabel\nhi\tyes\nno label here\n",
-            lambda p: read_labelled_file(p, "text", label_column="label"),
-            "a.tsv:3: 1 fields, expected 2",
-        ),
-        (
-            "a.jsonl",
-            '{"text": "hi", "y": 1}\n{"text": "ho"}\n',
-            lambda p: read_labelled_file(p, "text", label_column="y"),
-            "a.jsonl:2: no field 'y'",
-        ),
-        (
-            "a.jsonl",
-            '{"text": "hi", "y": 1}\n{"text": "ho", y: 2}\n',
-            lambda p: read_labelled_file(p, "text", label_column="y"),
-            "a.jsonl:2: invalid JSON",
-        ),
+        ("a.tsv", "text\tlabel\nhi\tyes\nno label here\n", BY_LABEL, "a.tsv:3: 1 fields, expected 2"),
+        ("a.jsonl", '{"text": "hi", "y": 1}\n{"text": "ho"}\n', BY_Y, "a.jsonl:2: no field 'y'"),
+        ("a.jsonl", '{"text": "hi", "y": 1}\n{"text": "ho", y: 2}\n', BY_Y, "a.jsonl:2: invalid JSON"),
         (
             "a.csv",
             "text,score\nhi,0.5\nho,high\n",
-            lambda p: read_labelled_file(p, "text", label_column="score", regression=True),
+            labelled(label_column="score", regression=True),
             'a.csv:3: score "high" is not a number',
         ),
-        (
-            "a.csv",
-            "text,label\n",
-            lambda p: read_labelled_file(p, "text", label_column="label"),
-            "a.csv: no examples",
-        ),
-        ("a.tsv", "", lambda p: read_labelled_file(p, "text"), "a.tsv: empty file"),
-        ("a.txt", "text\n", lambda p: read_labelled_file(p, "text"), "a.txt: unknown format '.txt'"),
+        ("a.csv", "text,label\n", BY_LABEL, "a.csv: no examples"),
+        ("a.tsv", "", labelled(), "a.tsv: empty file"),
+        ("a.txt", "text\n", labelled(), "a.txt: unknown format '.txt'"),
         (
             "dev.tsv",
             STS_HEADER + STS_ROW + "4.2\n" + STS_ROW + "n/a\n",
-            lambda p: read_split(TASKS["STS-B"], p),
+            split("STS-B"),
             'dev.tsv:3: score "n/a" is not a number',
         ),
+        ("dev.tsv", RTE_HEADER + "0\ta\tb\tentailment\n1\ta\tb\n", RTE, "dev.tsv:3: 3 fields, expected 4"),
         (
             "dev.tsv",
-            "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\n",
-            lambda p: read_split(TASKS["RTE"], p),
-            "dev.tsv:3: 3 fields, expected 4",
-        ),
-        (
-            "dev.tsv",
-            "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tmaybe\n",
+            RTE_HEADER + "0\ta\tb\tentailment\n1\ta\tb\tmaybe\n",
             lambda p: label_ids(read_split(TASKS["RTE"], p), TASKS["RTE"].labels, p),
             "dev.tsv:3: label 'maybe' is not one of the training labels (entailment, not_entailment)",
         ),
-        (
-            "dev.tsv",
-            "index\tsentence1\tlabel\n0\ta\tentailment\n",
-            lambda p: read_split(TASKS["RTE"], p),
-            "dev.tsv:1: no column 'sentence2'",
-        ),
+        ("dev.tsv", "index\tsentence1\tlabel\n0\ta\tentailment\n", RTE, "dev.tsv:1: no column 'sentence2'"),
         (
             "dev.tsv",
             "index\tsentence1\tsentence2\n0\ta\tb\n",
-            lambda p: read_split(TASKS["RTE"], p, labelled=True),
+            split("RTE", labelled=True),
             "dev.tsv:1: no column 'label'",
         ),
-        (
-            "dev.tsv",
-            "index\tsentence1\tsentence2\tlabel\n",
-            lambda p: read_split(TASKS["RTE"], p),
-            "dev.tsv: no examples",
-        ),
+        ("dev.tsv", RTE_HEADER, RTE, "dev.tsv: no examples"),
     ],
 )
 def test_bad_input_is_one_line_naming_file_and_line(tmp_path, name, content, read, message):
@@ -432,21 +411,7 @@ def test_evaluate_glue_errors_exit_2_with_one_line(tmp_path, capsys):
     ]
     for content, message in cases:
         (tmp_path / "p.tsv").write_text(content)
-        assert (
-            main(
-                [
-                    "evaluate",
-                    "glue",
-                    "--task",
-                    "RTE",
-                    "--dev",
-                    str(dev),
-                    "--predictions",
-                    str(tmp_path / "p.tsv"),
-                ]
-            )
-            == 2
-        )
+        assert evaluate_glue("RTE", dev, tmp_path / "p.tsv") == 2
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.startswith(f"roberta: error: {message}") and captured.err.count("\n") == 1
@@ -456,21 +421,7 @@ def test_evaluate_glue_reports_an_undefined_correlation_as_null_in_valid_json(tm
     dev = tmp_path / "dev.tsv"
     dev.write_text("index\tsentence1\tsentence2\tscore\n0\ta\tb\t1.0\n1\tc\td\t4.0\n2\te\tf\t2.5\n")
     write_predictions(TASKS["STS-B"], tmp_path / "p.tsv", ["0", "1", "2"], [3.0, 3.0, 3.0])
-    assert (
-        main(
-            [
-                "evaluate",
-                "glue",
-                "--task",
-                "STS-B",
-                "--dev",
-                str(dev),
-                "--predictions",
-                str(tmp_path / "p.tsv"),
-            ]
-        )
-        == 0
-    )
+    assert evaluate_glue("STS-B", dev, tmp_path / "p.tsv") == 0
     captured = capsys.readouterr()
 
     def no_nan(constant: str):

@@ -274,6 +274,16 @@ def test_embed_file_streams_in_chunks(hub, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chunked.npy", "one.npy", "texts.txt"]
 
 
+def embed_cli(ckpt: str, texts: Path, out: Path, *extra: str) -> int:
+    return cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), *extra, "--no-progress"])
+
+
+def predict_cli(ckpt: str, head: str, tsv: Path, preds: Path, *extra: str) -> int:
+    return cli.main(
+        ["predict", ckpt, "--head", head, "--input", str(tsv), "--out", str(preds), *extra, "--no-progress"]
+    )
+
+
 def test_cli_fill_mask_embed_predict_end_to_end(hub, checkpoint_dir, tmp_path, capsys):
     ckpt = str(checkpoint_dir)
     assert cli.main(["fill-mask", ckpt, "The capital of France is <mask>.", "--topk", "2"]) == 0
@@ -283,50 +293,14 @@ def test_cli_fill_mask_embed_predict_end_to_end(hub, checkpoint_dir, tmp_path, c
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "vectors.npy"
-    assert (
-        cli.main(
-            [
-                "embed",
-                ckpt,
-                "--input",
-                str(texts),
-                "--out",
-                str(out),
-                "--layer",
-                "-1",
-                "--pool",
-                "cls",
-                "--batch-tokens",
-                "64",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    assert embed_cli(ckpt, texts, out, "--layer", "-1", "--pool", "cls", "--batch-tokens", "64") == 0
     np.testing.assert_allclose(np.load(out), hub.embed(hub.encode_batch(TEXTS)).numpy(), atol=1e-5)
 
     rows = [("id", "sentence1", "sentence2"), ("a", "Hello", "world"), ("b", TEXTS[1], TEXTS[4])]
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("".join("\t".join(r) + "\n" for r in rows))
     preds = tmp_path / "preds.tsv"
-    assert (
-        cli.main(
-            [
-                "predict",
-                ckpt,
-                "--head",
-                "sentiment",
-                "--input",
-                str(tsv),
-                "--out",
-                str(preds),
-                "--columns",
-                "sentence1,sentence2",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    assert predict_cli(ckpt, "sentiment", tsv, preds, "--columns", "sentence1,sentence2") == 0
     header, *body = [line.split("\t") for line in preds.read_text().splitlines()]
     assert header == ["label", "p0", "p1", "p2"] and len(body) == 2
     expected = hub.predict(
@@ -343,44 +317,19 @@ def test_cli_errors_name_file_and_line_and_write_nothing(checkpoint_dir, tmp_pat
     texts = tmp_path / "texts.txt"
     texts.write_text("fine\nalso fine\n" + "word " * 100 + "\n")
     out = tmp_path / "vectors.npy"
-    assert cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), "--no-progress"]) == 2
+    assert embed_cli(ckpt, texts, out) == 2
     assert f"{texts}:3: text of 103 tokens is longer" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["texts.txt"]
-    assert (
-        cli.main(["embed", ckpt, "--input", str(texts), "--out", str(out), "--truncate", "--no-progress"])
-        == 0
-    )
+    assert embed_cli(ckpt, texts, out, "--truncate") == 0
     assert "roberta: warning: truncated 1 text(s) to the model's" in capsys.readouterr().err
     assert np.load(out).shape == (3, MICRO.hidden_size)
 
     tsv = tmp_path / "rows.tsv"
     tsv.write_text("a\tb\nonly-one-column\n")
     preds = tmp_path / "preds.tsv"
-    assert (
-        cli.main(
-            [
-                "predict",
-                ckpt,
-                "--head",
-                "sentiment",
-                "--input",
-                str(tsv),
-                "--out",
-                str(preds),
-                "--columns",
-                "0,1",
-                "--no-progress",
-            ]
-        )
-        == 2
-    )
+    assert predict_cli(ckpt, "sentiment", tsv, preds, "--columns", "0,1") == 2
     assert f"{tsv}:2: 1 column(s), but column 1 holds text" in capsys.readouterr().err
-    assert (
-        cli.main(
-            ["predict", ckpt, "--head", "nope", "--input", str(tsv), "--out", str(preds), "--no-progress"]
-        )
-        == 2
-    )
+    assert predict_cli(ckpt, "nope", tsv, preds) == 2
     assert "unknown head 'nope'" in capsys.readouterr().err
     assert cli.main(["fill-mask", ckpt, "no mask"]) == 2
     assert "exactly one <mask>" in capsys.readouterr().err

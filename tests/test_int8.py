@@ -3,6 +3,7 @@ vectors, labels, fillings and answers close to fp32; `--int8` on embed, predict 
 through the real `roberta` command, writes the output and prints the agreement; off the CPU, or
 on weights that are not float32, it is refused in one line."""
 
+import dataclasses
 import os
 import random
 import subprocess
@@ -22,7 +23,8 @@ from roberta.checkpoint import save
 from roberta.int8 import first_batch, quantize_linears
 from roberta.model import RobertaModel, SpanHead
 from roberta.tasks.glue import get_task, predict_test_file
-from test_hub import ANSWERS, trained_hub
+from test_hub import ANSWERS, predict_cli, trained_hub
+from test_hub import MICRO as HUB_MICRO
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 
@@ -30,16 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest o
 # all embedding, so int8 could do anything to the Linear layers unseen (cosine 1.00000 with fp32);
 # at 0.2 they carry much of it (here: cosine 0.9991 at the least, vectors up to 0.14 apart, head
 # logits up to 0.07 apart). 256 positions leave `answer` room for its windows.
-MICRO = RobertaConfig(
-    hidden_size=32,
-    num_layers=2,
-    num_heads=4,
-    ffn_size=64,
-    max_positions=258,
-    init_std=0.2,
-    dropout=0.0,
-    attention_dropout=0.0,
-)
+MICRO = dataclasses.replace(HUB_MICRO, max_positions=258, init_std=0.2)  # the hub's micro shape
 WORDS = "the a cat dog sat ran on under mat tree big small red blue quickly slowly and then it was".split()
 TEXTS = [" ".join(random.Random(k).choices(WORDS, k=3 + k % 17)) for k in range(64)]
 QUESTIONS = ["Where is Paris?", "What is red?", "Who sat on the mat?"]
@@ -134,19 +127,10 @@ def checkpoint_dir(fp32, tmp_path_factory) -> Path:
 
 
 def test_cli_int8_off_the_cpu_is_one_line_before_loading(checkpoint_dir, tmp_path, capsys):
-    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
-    argv = [
-        "embed",
-        str(checkpoint_dir),
-        "--input",
-        str(tmp_path / "texts.txt"),
-        "--out",
-        str(tmp_path / "v.npy"),
-        "--no-progress",
-        "--int8",
-        "--device",
-        "meta",
-    ]
+    texts, out = tmp_path / "texts.txt", tmp_path / "v.npy"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    argv = ["embed", str(checkpoint_dir), "--input", str(texts), "--out", str(out)]
+    argv += "--no-progress --int8 --device meta".split()
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
         "roberta: error: int8 runs on the CPU only (torch's x86/fbgemm dynamic quantization), not on device "
@@ -157,25 +141,14 @@ def test_cli_int8_off_the_cpu_is_one_line_before_loading(checkpoint_dir, tmp_pat
 
 @pytest.mark.slow
 def test_cli_int8_embed_through_the_roberta_command(fp32, checkpoint_dir, tmp_path):
-    texts = tmp_path / "texts.txt"
+    texts, out = tmp_path / "texts.txt", tmp_path / "v.npy"
     texts.write_text("\n".join(TEXTS) + "\n")
     ids = fp32.encode_batch(TEXTS)
     sample = len(first_batch(ids, 128))
     assert 1 < sample < len(TEXTS)  # the agreement is measured on one batch, not the whole input
+    argv = [str(ROBERTA), "embed", str(checkpoint_dir), "--input", str(texts), "--out", str(out)]
     done = subprocess.run(
-        [
-            str(ROBERTA),
-            "embed",
-            str(checkpoint_dir),
-            "--input",
-            str(texts),
-            "--out",
-            str(tmp_path / "v.npy"),
-            "--int8",
-            "--batch-tokens",
-            "128",
-            "--no-progress",
-        ],
+        argv + "--int8 --batch-tokens 128 --no-progress".split(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -196,21 +169,8 @@ def test_cli_int8_predict_and_fill_mask(fp32, checkpoint_dir, tmp_path, capsys):
     rows = tmp_path / "rows.tsv"
     rows.write_text("sentence\n" + "\n".join(TEXTS) + "\n")
     assert (
-        cli.main(
-            [
-                "predict",
-                str(checkpoint_dir),
-                "--head",
-                "sentiment",
-                "--input",
-                str(rows),
-                "--out",
-                str(tmp_path / "p.tsv"),
-                "--columns",
-                "sentence",
-                "--int8",
-                "--no-progress",
-            ]
+        predict_cli(
+            str(checkpoint_dir), "sentiment", rows, tmp_path / "p.tsv", "--columns", "sentence", "--int8"
         )
         == 0
     )

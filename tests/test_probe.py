@@ -16,24 +16,12 @@ from roberta.probe import task_score
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-MICRO = [
-    "--model.preset=tiny",
-    "--model.hidden_size=32",
-    "--model.num_layers=2",
-    "--model.num_heads=2",
-    "--model.ffn_size=64",
-    "--model.max_positions=130",
-    "--data.seq_len=32",
-    "--train.batch_size=8",
-    "--train.micro_batch_size=8",
-    "--train.max_steps=4",
-    "--train.eval_every=2",
-    "--train.eval_batches=2",
-    "--train.checkpoint_every=2",
-    "--train.keep_last=0",
-    "--train.device=cpu",
-    "--train.progress=false",
-]
+MICRO = (
+    "--model.preset=tiny --model.hidden_size=32 --model.num_layers=2 --model.num_heads=2 --model.ffn_size=64 "
+    "--model.max_positions=130 --data.seq_len=32 --train.batch_size=8 --train.micro_batch_size=8 "
+    "--train.max_steps=4 --train.eval_every=2 --train.eval_batches=2 --train.checkpoint_every=2 "
+    "--train.keep_last=0 --train.device=cpu --train.progress=false"
+).split()
 REAL_FINE_TUNE = probe_module._fine_tune
 PROBE = ["--tasks", "SST-2,STS-B", "--seeds", "2", "--limit", "16", "--no-progress"]
 
@@ -42,14 +30,8 @@ PROBE = ["--tasks", "SST-2,STS-B", "--seeds", "2", "--limit", "16", "--no-progre
 def run(micro_corpus, shared_data, tmp_path_factory) -> tuple[Path, Path]:
     """A pretraining run with checkpoints at steps 2 and 4, and a GLUE folder of 16-row slices."""
     root = tmp_path_factory.mktemp("probe")
-    argv = [
-        "pretrain",
-        "--data",
-        str(micro_corpus / "corpus"),
-        "--tokenizer",
-        str(micro_corpus / "tokenizer"),
-    ]
-    assert main([*argv, "--out", str(root / "run"), *MICRO]) == 0
+    data = ["--data", str(micro_corpus / "corpus"), "--tokenizer", str(micro_corpus / "tokenizer")]
+    assert main(["pretrain", *data, "--out", str(root / "run"), *MICRO]) == 0
     for task in ("SST-2", "STS-B"):
         glue_slice(root / "glue", shared_data, task, 16)
     return root / "run", root / "glue"

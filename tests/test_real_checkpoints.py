@@ -206,27 +206,11 @@ def test_sapiens_fine_tunes_a_classifier_through_the_cli_and_a_killed_run_resume
     (tmp_path / "train.csv").write_text("sequence,chain\n" + "".join(f"{s},{y}\n" for s, y in rows))
 
     def args(out: str) -> list[str]:
-        return [
-            "finetune",
-            "classify",
-            "--train",
-            str(tmp_path / "train.csv"),
-            "--dev",
-            str(tmp_path / "train.csv"),
-            "--text-column",
-            "sequence",
-            "--label-column",
-            "chain",
-            "--init",
-            str(sapiens / "checkpoint_vh.pt"),
-            "--out",
-            str(tmp_path / out),
-            "--batch-size",
-            "4",
-            "--train.max_steps=4",
-            "--train.eval_every=2",
-            "--train.checkpoint_every=2",
-        ]
+        train, init = str(tmp_path / "train.csv"), str(sapiens / "checkpoint_vh.pt")
+        command = ["finetune", "classify", "--train", train, "--dev", train]
+        command += [*"--text-column sequence --label-column chain".split(), "--init", init]
+        steps = "--train.max_steps=4 --train.eval_every=2 --train.checkpoint_every=2".split()
+        return [*command, "--out", str(tmp_path / out), "--batch-size", "4", *steps]
 
     assert cli.main(args("whole")) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ROBERTA_FAULT": "step-3:micro-batch-0"}
@@ -296,16 +280,8 @@ def test_character_symbols_read_unseparated_text_and_a_model_round_trips(tmp_pat
     assert tokenizer.tokenize_with_offsets("AC D")[1] == [(0, 1), (1, 2), (3, 4)]
     assert tokenizer.decode(tokenizer.encode("ACD")) == "ACD"
     torch.manual_seed(0)
-    model = RobertaModel(
-        RobertaConfig(
-            vocab_size=tokenizer.vocab_size,
-            hidden_size=32,
-            num_layers=1,
-            num_heads=2,
-            ffn_size=64,
-            max_positions=34,
-        )
-    )
+    sizes = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "ffn_size": 64, "max_positions": 34}
+    model = RobertaModel(RobertaConfig(vocab_size=tokenizer.vocab_size, **sizes))
     export_fairseq(tmp_path / "fs", model, tokenizer)
     assert load_pickle(tmp_path / "fs" / "model.pt")["args"].bpe is None
     assert load_any(tmp_path / "fs")[1].fingerprint() == tokenizer.fingerprint()
@@ -313,22 +289,16 @@ def test_character_symbols_read_unseparated_text_and_a_model_round_trips(tmp_pat
 
 # --- HF directories: transformers 5.x layout, no LM head, label names -------------------------------
 
+# A one-layer, 32-wide HF RoBERTa: no token types, RoBERTa's layer-norm epsilon.
+TINY_HF = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+TINY_HF |= {"type_vocab_size": 1, "layer_norm_eps": 1e-5}
+
 
 def test_hf_directory_with_tokenizer_json_only_is_read(shared_data, tmp_path):
     hf_tokenizer = transformers.RobertaTokenizer.from_pretrained(shared_data / "roberta_base_tokenizer")
     hf_tokenizer.save_pretrained(tmp_path / "hf")
-    transformers.RobertaForMaskedLM(
-        transformers.RobertaConfig(
-            vocab_size=50265,
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=66,
-            type_vocab_size=1,
-            layer_norm_eps=1e-5,
-        )
-    ).save_pretrained(tmp_path / "hf")
+    config = transformers.RobertaConfig(vocab_size=50265, max_position_embeddings=66, **TINY_HF)
+    transformers.RobertaForMaskedLM(config).save_pretrained(tmp_path / "hf")
     assert not {"vocab.json", "merges.txt"} & set(os.listdir(tmp_path / "hf"))
     roberta = load(tmp_path / "hf")
     reference = load_tokenizer(shared_data / "roberta_base_tokenizer")
@@ -342,17 +312,7 @@ def test_hf_directory_with_tokenizer_json_only_is_read(shared_data, tmp_path):
 
 def headless_hf(directory: Path, cls=transformers.RobertaModel, **extra) -> Path:
     """A small HF model of `cls` (no LM head) over a 20-letter symbol dict.txt."""
-    config = transformers.RobertaConfig(
-        vocab_size=25,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=34,
-        type_vocab_size=1,
-        layer_norm_eps=1e-5,
-        **extra,
-    )
+    config = transformers.RobertaConfig(vocab_size=25, max_position_embeddings=34, **TINY_HF, **extra)
     torch.manual_seed(0)
     cls(config).save_pretrained(directory)
     (directory / "dict.txt").write_text("".join(f"{c} 1\n" for c in "ACDEFGHIKLMNPQRSTVWY"))

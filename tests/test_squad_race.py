@@ -268,6 +268,12 @@ def squad_file(tmp_path, data, name="dev.json"):
     return path
 
 
+def evaluate_argv(version, dev, predictions, *extra):
+    """The arguments of `roberta evaluate squad`."""
+    command = ["evaluate", "squad", "--version", version, "--dev", str(dev)]
+    return [*command, "--predictions", str(predictions), *extra]
+
+
 ARTICLE = [
     {
         "title": "t",
@@ -318,68 +324,21 @@ def test_evaluate_squad_command(tmp_path, capsys):
     predictions, odds = tmp_path / "predictions.json", tmp_path / "null_odds.json"
     write_predictions(predictions, {"a": "france", "b": "Paris"})
     write_predictions(odds, {"a": -3.0, "b": 0.5})
-    assert (
-        main(
-            [
-                "evaluate",
-                "squad",
-                "--version",
-                "2.0",
-                "--dev",
-                str(dev),
-                "--predictions",
-                str(predictions),
-                "--null-odds",
-                str(odds),
-            ]
-        )
-        == 0
-    )
+    assert main(evaluate_argv("2.0", dev, predictions, "--null-odds", str(odds))) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["exact_match"] == 50.0 and out["HasAns_f1"] == 100.0 and out["NoAns_exact"] == 0.0
     assert (out["best_exact"], out["best_exact_thresh"], out["missing"]) == (100.0, -3.0, 0)
     assert evaluate_squad(dev, predictions, "2.0")["f1"] == 50.0
 
     write_predictions(predictions, {"a": "France"})
-    assert (
-        main(["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions)])
-        == 0
-    )
+    assert main(evaluate_argv("2.0", dev, predictions)) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["missing"] == 1 and "1 question(s) have no prediction" in captured.err
 
     (tmp_path / "bad.json").write_text('{"a": 3}')
-    assert (
-        main(
-            [
-                "evaluate",
-                "squad",
-                "--version",
-                "1.1",
-                "--dev",
-                str(dev),
-                "--predictions",
-                str(tmp_path / "bad.json"),
-            ]
-        )
-        == 2
-    )
+    assert main(evaluate_argv("1.1", dev, tmp_path / "bad.json")) == 2
     assert capsys.readouterr().err.startswith("roberta: error: ")
-    assert (
-        main(
-            [
-                "evaluate",
-                "squad",
-                "--version",
-                "2.0",
-                "--dev",
-                str(dev),
-                "--predictions",
-                str(tmp_path / "bad.json"),
-            ]
-        )
-        == 2
-    )
+    assert main(evaluate_argv("2.0", dev, tmp_path / "bad.json")) == 2
     assert "bad.json: 'a': expected a string, got int" in capsys.readouterr().err
 
 
@@ -389,7 +348,7 @@ def test_evaluate_squad_and_the_squad_data_import_no_torch(tmp_path):
     dev = squad_file(tmp_path, ARTICLE)
     predictions = tmp_path / "predictions.json"
     write_predictions(predictions, {"a": "France", "b": ""})
-    argv = ["evaluate", "squad", "--version", "2.0", "--dev", str(dev), "--predictions", str(predictions)]
+    argv = evaluate_argv("2.0", dev, predictions)
     script = (
         f"import sys; from roberta.cli import main; rc = main({argv!r}); "
         "import roberta.tasks.squad_data; assert rc == 0, rc; "
@@ -405,23 +364,7 @@ def test_evaluate_squad_prints_valid_json_for_infinite_odds(tmp_path, capsys):
     predictions, odds = tmp_path / "predictions.json", tmp_path / "null_odds.json"
     write_predictions(predictions, {"a": "France", "b": ""})
     write_predictions(odds, {"a": float("inf"), "b": 0.5})
-    assert (
-        main(
-            [
-                "evaluate",
-                "squad",
-                "--version",
-                "2.0",
-                "--dev",
-                str(dev),
-                "--predictions",
-                str(predictions),
-                "--null-odds",
-                str(odds),
-            ]
-        )
-        == 0
-    )
+    assert main(evaluate_argv("2.0", dev, predictions, "--null-odds", str(odds))) == 0
 
     def no_constant(name: str):
         raise AssertionError(f"{name} is not JSON")

@@ -28,20 +28,24 @@ OVERFIT = [
 ]
 
 
+def finetune_squad(version: str, train, dev, init, out, *extra: str) -> int:
+    """`roberta finetune squad --version VERSION` of TRAIN and DEV from INIT into OUT."""
+    data = ["--version", version, "--train", str(train), "--dev", str(dev)]
+    return main(["finetune", "squad", *data, "--init", str(init), "--out", str(out), *extra])
+
+
+def finetune_race(data, init, out, *extra: str) -> int:
+    """`roberta finetune race` of the RACE directory DATA from INIT into OUT."""
+    return main(["finetune", "race", "--data", str(data), "--init", str(init), "--out", str(out), *extra])
+
+
 @pytest.fixture(scope="module")
 def micro_init(tmp_path_factory, shared_data):
     tok = load_tokenizer(shared_data / "gpt2_bpe")
     torch.manual_seed(0)  # the same initial weights whichever tests ran before
+    shape = dict(hidden_size=64, num_layers=2, num_heads=4, ffn_size=128, max_positions=258)
     config = RobertaConfig(
-        vocab_size=tok.vocab_size,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        ffn_size=128,
-        max_positions=258,
-        dropout=0.0,
-        attention_dropout=0.0,
-        classifier_dropout=0.0,
+        vocab_size=tok.vocab_size, **shape, dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0
     )
     return checkpoint.save(tmp_path_factory.mktemp("init") / "micro", RobertaModel(config), tok)
 
@@ -73,25 +77,7 @@ def test_squad_overfits_its_training_questions(
     data = tmp_path / "slice.json"
     data.write_text(json.dumps(squad_slice(shared_data / "squad" / f"dev-v{version}.json", 64, impossible)))
     run = tmp_path / "run"
-    code = main(
-        [
-            "finetune",
-            "squad",
-            "--version",
-            version,
-            "--train",
-            str(data),
-            "--dev",
-            str(data),
-            "--init",
-            str(micro_init),
-            "--out",
-            str(run),
-            *OVERFIT,
-            "--train.epochs=60",
-        ]
-    )
-    assert code == 0
+    assert finetune_squad(version, data, data, micro_init, run, *OVERFIT, "--train.epochs=60") == 0
     best = json.loads((run / "results.json").read_text())["best"]
     assert best["metric"] == "f1"
     final = json.loads((run / "results.json").read_text())["evaluations"][-1]
@@ -140,24 +126,7 @@ def test_race_overfits_its_training_questions(one_thread, shared_data, micro_ini
     shutil.copytree(data / "train", data / "test")
     run = tmp_path / "run"
     # 3e-3 (enough for SQuAD) leaves some initialisations stuck at equal option scores: 1e-3 here.
-    assert (
-        main(
-            [
-                "finetune",
-                "race",
-                "--data",
-                str(data),
-                "--init",
-                str(micro_init),
-                "--out",
-                str(run),
-                *OVERFIT,
-                "--optim.lr=1e-3",
-                "--train.epochs=60",
-            ]
-        )
-        == 0
-    )
+    assert finetune_race(data, micro_init, run, *OVERFIT, "--optim.lr=1e-3", "--train.epochs=60") == 0
     results = json.loads((run / "results.json").read_text())
     assert results["best"]["metric"] == "dev/accuracy"
     final = {r["split"]: r for r in results["evaluations"]}
@@ -176,7 +145,7 @@ def test_race_answer_outside_a_to_d_exits_2(shared_data, micro_init, tmp_path, c
     record["answers"][0] = "E"
     bad.write_text(json.dumps(record))
     run = tmp_path / "run"
-    assert main(["finetune", "race", "--data", str(data), "--init", str(micro_init), "--out", str(run)]) == 2
+    assert finetune_race(data, micro_init, run) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(bad) in err and "answers[0]" in err
     assert not run.exists()
@@ -190,25 +159,7 @@ def test_malformed_squad_json_exits_2(shared_data, micro_init, tmp_path, capsys)
     run = tmp_path / "run"
     for train, dev in ((bad, good), (good, tmp_path / "truncated.json")):
         (tmp_path / "truncated.json").write_text('{"data": [')
-        assert (
-            main(
-                [
-                    "finetune",
-                    "squad",
-                    "--version",
-                    "1.1",
-                    "--train",
-                    str(train),
-                    "--dev",
-                    str(dev),
-                    "--init",
-                    str(micro_init),
-                    "--out",
-                    str(run),
-                ]
-            )
-            == 2
-        )
+        assert finetune_squad("1.1", train, dev, micro_init, run) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and (str(bad) in err or "truncated.json" in err), err
         assert not run.exists()

@@ -167,33 +167,11 @@ def test_decode_inverts_encode_for_any_text(gpt2, hf):
 
 def test_word_start_marks_first_pieces(gpt2):
     ids = gpt2.encode("Hello antidisestablishment world\n", "again")
-    assert [gpt2.id_to_token(i) for i in ids] == [
-        "<s>",
-        "Hello",
-        "Ġant",
-        "idis",
-        "establishment",
-        "Ġworld",
-        "Ċ",
-        "</s>",
-        "</s>",
-        "again",
-        "</s>",
-    ]
+    pieces = "<s> Hello Ġant idis establishment Ġworld Ċ </s> </s> again </s>".split()
+    assert [gpt2.id_to_token(i) for i in ids] == pieces
     # First token and specials start words; so does the token after a special ("again", no leading space).
-    assert gpt2.word_start(ids).tolist() == [
-        True,
-        True,
-        True,
-        False,
-        False,
-        True,
-        False,
-        True,
-        True,
-        True,
-        True,
-    ]
+    starts = [True, True, True, False, False, True, False, True, True, True, True]
+    assert gpt2.word_start(ids).tolist() == starts
     assert gpt2.word_start(np.array(ids[3:6])).tolist() == [True, False, True]
     assert gpt2.word_start([]).tolist() == []
     batch = np.array([ids[:5], ids[5:10]])
@@ -387,15 +365,8 @@ def test_train_tokenizer_cli(tmp_path, capsys):
         ),
         encoding="utf-8",
     )
-    args = [
-        "train-tokenizer",
-        str(text),
-        "--out",
-        str(tmp_path / "tok"),
-        "--vocab-size",
-        "300",
-        "--no-progress",
-    ]
+    options = "--vocab-size 300 --no-progress".split()
+    args = ["train-tokenizer", str(text), "--out", str(tmp_path / "tok"), *options]
     assert cli.main(args) == 0
     tok = load_tokenizer(tmp_path / "tok")
     assert tok.vocab_size == 300 and tok.id_to_token(299) == "<mask>"
@@ -406,20 +377,7 @@ def test_train_tokenizer_cli(tmp_path, capsys):
     assert "too small" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine line\nbad \xff byte\n")
-    assert (
-        cli.main(
-            [
-                "train-tokenizer",
-                str(bad),
-                "--out",
-                str(tmp_path / "bad"),
-                "--vocab-size",
-                "300",
-                "--no-progress",
-            ]
-        )
-        == 2
-    )
+    assert cli.main(["train-tokenizer", str(bad), "--out", str(tmp_path / "bad"), *options]) == 2
     assert "bad.txt: line 2: invalid UTF-8" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "t.txt", "tok"]  # nothing half-written
 
@@ -428,55 +386,16 @@ def test_train_tokenizer_cli(tmp_path, capsys):
 
 
 def test_wordpiece_vocab(tmp_path):
-    tokens = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        "Hello",
-        "hello",
-        "world",
-        "##s",
-        "un",
-        "##believ",
-        "##able",
-        "!",
-        ",",
-    ]
+    tokens = "[PAD] [UNK] [CLS] [SEP] [MASK] Hello hello world ##s un ##believ ##able ! ,".split()
     (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     tok = load_tokenizer(tmp_path)
     assert tok.kind == "wordpiece" and tok.vocab_size == len(tokens)
     assert (tok.bos_id, tok.pad_id, tok.eos_id, tok.unk_id, tok.mask_id) == (2, 0, 3, 1, 4)
     ids = tok.encode("Hello unbelievable worlds!", "HELLO")
-    assert [tok.id_to_token(i) for i in ids] == [
-        "[CLS]",
-        "Hello",
-        "un",
-        "##believ",
-        "##able",
-        "world",
-        "##s",
-        "!",
-        "[SEP]",
-        "[SEP]",
-        "[UNK]",
-        "[SEP]",
-    ]
-    assert tok.word_start(ids).tolist() == [
-        True,
-        True,
-        True,
-        False,
-        False,
-        True,
-        False,
-        True,
-        True,
-        True,
-        True,
-        True,
-    ]
+    pieces = "[CLS] Hello un ##believ ##able world ##s ! [SEP] [SEP] [UNK] [SEP]".split()
+    assert [tok.id_to_token(i) for i in ids] == pieces
+    starts = [True, True, True, False, False, True, False, True, True, True, True, True]
+    assert tok.word_start(ids).tolist() == starts
     assert tok.decode(ids) == "Hello unbelievable worlds!"  # [UNK] is special: skipped
     assert (
         tok.decode(ids, skip_special_tokens=False)

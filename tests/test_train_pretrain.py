@@ -13,24 +13,12 @@ from roberta.tasks.pretrain import sinusoidal_positions
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 
-MICRO = [
-    "--model.preset=tiny",
-    "--model.hidden_size=64",
-    "--model.num_layers=2",
-    "--model.num_heads=4",
-    "--model.ffn_size=128",
-    "--data.seq_len=32",
-    "--train.batch_size=8",
-    "--train.micro_batch_size=4",
-    "--train.log_every=1",
-    "--train.eval_every=3",
-    "--train.eval_batches=2",
-    "--train.checkpoint_every=3",
-    "--train.device=cpu",
-    "--train.peak_tflops=0.1",
-    "--schedule.warmup_steps=2",
-    "--optim.lr=1e-3",
-]
+MICRO = (
+    "--model.preset=tiny --model.hidden_size=64 --model.num_layers=2 --model.num_heads=4 "
+    "--model.ffn_size=128 --data.seq_len=32 --train.batch_size=8 --train.micro_batch_size=4 "
+    "--train.log_every=1 --train.eval_every=3 --train.eval_batches=2 --train.checkpoint_every=3 "
+    "--train.device=cpu --train.peak_tflops=0.1 --schedule.warmup_steps=2 --optim.lr=1e-3"
+).split()
 
 
 @pytest.fixture
@@ -39,19 +27,12 @@ def corpus(micro_corpus):
 
 
 def pretrain(corpus, out, *extra) -> int:
-    return main(
-        [
-            "pretrain",
-            "--data",
-            str(corpus / "corpus"),
-            "--tokenizer",
-            str(corpus / "tokenizer"),
-            "--out",
-            str(out),
-            *MICRO,
-            *extra,
-        ]
-    )
+    tokenizer = ["--tokenizer", str(corpus / "tokenizer")]
+    return main(["pretrain", "--data", str(corpus / "corpus"), *tokenizer, "--out", str(out), *MICRO, *extra])
+
+
+def pretrain_without_tokenizer(data, out, *extra) -> int:
+    return main(["pretrain", "--data", str(data), "--out", str(out), *MICRO, *extra])
 
 
 def test_pretrain_resume_and_init_from(corpus, tmp_path, capsys):
@@ -178,20 +159,7 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
     """`prepare` keeps the tokenizer in the corpus, so `pretrain` without --tokenizer saves usable
     checkpoints; a corpus without one still trains, with a one-line warning."""
     assert (corpus / "corpus" / "tokenizer").is_dir()
-    assert (
-        main(
-            [
-                "pretrain",
-                "--data",
-                str(corpus / "corpus"),
-                "--out",
-                str(tmp_path / "run"),
-                *MICRO,
-                "--train.max_steps=3",
-            ]
-        )
-        == 0
-    )
+    assert pretrain_without_tokenizer(corpus / "corpus", tmp_path / "run", "--train.max_steps=3") == 0
     _, saved = checkpoint.load(tmp_path / "run" / "checkpoints" / "step-00000003")
     assert (
         saved is not None
@@ -202,20 +170,7 @@ def test_the_corpus_carries_its_tokenizer_into_checkpoints(corpus, tmp_path, cap
 
     bare = tmp_path / "bare"
     shutil.copytree(corpus / "corpus", bare, ignore=shutil.ignore_patterns("tokenizer"))
-    assert (
-        main(
-            [
-                "pretrain",
-                "--data",
-                str(bare),
-                "--out",
-                str(tmp_path / "bare-run"),
-                *MICRO,
-                "--train.max_steps=3",
-            ]
-        )
-        == 0
-    )
+    assert pretrain_without_tokenizer(bare, tmp_path / "bare-run", "--train.max_steps=3") == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("roberta: warning:")]
     assert len(warnings) == 1 and "no tokenizer in or beside the corpus" in warnings[0]
     assert checkpoint.load(tmp_path / "bare-run" / "checkpoints" / "step-00000003")[1] is None

@@ -14,27 +14,13 @@ from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
-MICRO = [
-    "--model.preset=tiny",
-    "--model.hidden_size=64",
-    "--model.num_layers=2",
-    "--model.num_heads=4",
-    "--model.ffn_size=128",
-    "--model.dropout=0.1",
-    "--model.attention_dropout=0.1",
-    "--data.seq_len=32",
-    "--train.batch_size=8",
-    "--train.micro_batch_size=4",
-    "--train.max_steps=12",
-    "--train.log_every=1",
-    "--train.eval_every=6",
-    "--train.eval_batches=2",
-    "--train.checkpoint_every=3",
-    "--train.device=cpu",
-    "--train.peak_tflops=0.1",
-    "--schedule.warmup_steps=2",
-    "--optim.lr=1e-3",
-]
+MICRO = (
+    "--model.preset=tiny --model.hidden_size=64 --model.num_layers=2 --model.num_heads=4 "
+    "--model.ffn_size=128 --model.dropout=0.1 --model.attention_dropout=0.1 --data.seq_len=32 "
+    "--train.batch_size=8 --train.micro_batch_size=4 --train.max_steps=12 --train.log_every=1 "
+    "--train.eval_every=6 --train.eval_batches=2 --train.checkpoint_every=3 --train.device=cpu "
+    "--train.peak_tflops=0.1 --schedule.warmup_steps=2 --optim.lr=1e-3"
+).split()
 TIMING = {"tokens_per_s", "mfu", "data_wait"}
 
 
@@ -43,20 +29,9 @@ def launch(corpus: Path, run: Path, fault: str | None = None, resume: bool = Fal
     env.pop("ROBERTA_FAULT", None)
     if fault:
         env["ROBERTA_FAULT"] = fault
-    args = [
-        sys.executable,
-        "-m",
-        "roberta.cli",
-        "pretrain",
-        "--data",
-        str(corpus / "corpus"),
-        "--tokenizer",
-        str(corpus / "tokenizer"),
-        "--out",
-        str(run),
-        *MICRO,
-        *(["--resume"] if resume else []),
-    ]
+    data = ["--data", str(corpus / "corpus"), "--tokenizer", str(corpus / "tokenizer")]
+    resuming = ["--resume"] if resume else []
+    args = [sys.executable, "-m", "roberta.cli", "pretrain", *data, "--out", str(run), *MICRO, *resuming]
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

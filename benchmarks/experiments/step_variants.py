@@ -266,15 +266,7 @@ def main() -> None:
         "--check", type=int, default=0, metavar="N", help="first compare the sides' losses over N steps"
     )
     p.add_argument("--profile", action="store_true", help="first print each side's steps by operator")
-    p.add_argument(
-        "--data", type=Path, default=harness.DEFAULT_DATA, help="shared data (default ../shared/data)"
-    )
-    p.add_argument(
-        "--work",
-        type=Path,
-        default=harness.ROOT / "runs" / "bench",
-        help="pretrain: cache of the prepared corpus",
-    )
+    harness.add_data_and_work(p, harness.ROOT / "runs" / "bench", "pretrain: cache of the prepared corpus")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.task == "finetune":
