@@ -506,20 +506,14 @@ def _finetune_glue(p: argparse.ArgumentParser) -> Handler:
         from pathlib import Path
 
         from roberta.tasks.classify import plan_sentences
-        from roberta.tasks.glue import get_task, read_split, sentence_task
+        from roberta.tasks.glue import get_task, read_task_dir, sentence_task
 
         task = get_task(args.task)
         data = Path(args.data)
 
         def plan(job, model, tokenizer, source):
-            train = read_split(task, data / "train.tsv", labelled=True)
-            dev = {
-                name: (read_split(task, data / file, labelled=True), data / file)
-                for name, file in task.dev_sets
-            }
-            return plan_sentences(
-                sentence_task(task), train, data / "train.tsv", dev, job, model, tokenizer, source
-            )
+            train, train_path, dev = read_task_dir(task, data)
+            return plan_sentences(sentence_task(task), train, train_path, dev, job, model, tokenizer, source)
 
         _run_finetune(args, plan, task.lr, task.batch_size)
 

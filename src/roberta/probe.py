@@ -78,7 +78,7 @@ def probe(
     if limit is not None and limit < 2:
         raise UserError(f"--limit must be at least 2 examples, not {limit}")
     data = {task.name: _read_task(task, glue, min(limit or math.inf, RECIPE.examples)) for task in chosen}
-    sts = _read_task(get_task("STS-B"), glue, None)[1]["dev"][0] if (glue / "STS-B").is_dir() else None
+    sts = _read_task(get_task("STS-B"), glue, None)[2]["dev"][0] if (glue / "STS-B").is_dir() else None
     out = run / "probe"
     record = read_json(out / "probe.json") if (out / "probe.json").is_file() else {"rows": {}}
     rows = _rows(run, checkpoints)
@@ -138,20 +138,14 @@ def _random_init(run: Path, like: Path) -> Path:
     return target
 
 
-def _read_task(task, glue: Path, limit: float | None) -> tuple[list, dict]:
-    """The task's training examples (the first `limit`) and its dev sets, read and checked."""
-    from roberta.tasks.glue import read_split
+def _read_task(task, glue: Path, limit: float | None) -> tuple[list, Path, dict]:
+    """The task's training examples (the first `limit`), their file, and its dev sets, read and checked."""
+    from roberta.tasks.glue import read_task_dir
 
-    directory = glue / task.name
-    if not directory.is_dir():
+    if not (glue / task.name).is_dir():
         raise UserError(f"{glue}: no {task.name}/ directory (give --glue the folder holding the GLUE tasks)")
-    train = read_split(task, directory / "train.tsv", labelled=True)
-    train = train[: int(limit)] if limit is not None else train
-    dev = {
-        name: (read_split(task, directory / file, labelled=True), directory / file)
-        for name, file in task.dev_sets
-    }
-    return train, dev
+    train, train_path, dev = read_task_dir(task, glue / task.name)
+    return (train[: int(limit)] if limit is not None else train), train_path, dev
 
 
 def _cell(record: dict, row: Row, task: str) -> dict:
@@ -159,7 +153,9 @@ def _cell(record: dict, row: Row, task: str) -> dict:
     return entry["tasks"].setdefault(task, {})
 
 
-def _fine_tune(row: Row, task, seed: int, data: tuple[list, dict], out: Path) -> dict[str, float | None]:
+def _fine_tune(
+    row: Row, task, seed: int, data: tuple[list, Path, dict], out: Path
+) -> dict[str, float | None]:
     """One fine-tuning run of `row` on `task` with the task's recipe; its official figures at
     the best dev evaluation (None where undefined, or where no evaluation had a number)."""
     from roberta.tasks.classify import plan_sentences
@@ -169,10 +165,10 @@ def _fine_tune(row: Row, task, seed: int, data: tuple[list, dict], out: Path) ->
     recipe = RECIPE
     overrides = [f"--train.seed={seed}", "--train.progress=false", f"--data.max_length={recipe.max_length}"]
     job = load_finetune_job(None, overrides, recipe.lr, recipe.batch_size, recipe.epochs)
-    train, dev = data
+    train, train_path, dev = data
 
     def plan(job, model, tokenizer, source):
-        return plan_sentences(sentence_task(task), train, "train.tsv", dev, job, model, tokenizer, source)
+        return plan_sentences(sentence_task(task), train, train_path, dev, job, model, tokenizer, source)
 
     finetune(job, out, Start(row.checkpoint), plan, overwrite=True)
     results = read_json(out / "results.json")

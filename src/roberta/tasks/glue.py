@@ -146,6 +146,18 @@ def read_split(task: GlueTask, path: str | Path, labelled: bool | None = None) -
     return examples
 
 
+def read_task_dir(task: GlueTask, directory: str | Path) -> tuple[list[Example], Path, dict]:
+    """A GLUE task directory read for fine-tuning: the labelled training examples, the training
+    file, and each dev set by name as (examples, file)."""
+    directory = Path(directory)
+    train = read_split(task, directory / "train.tsv", labelled=True)
+    dev = {
+        name: (read_split(task, directory / file, labelled=True), directory / file)
+        for name, file in task.dev_sets
+    }
+    return train, directory / "train.tsv", dev
+
+
 def _metric_functions() -> dict[str, Callable[[list, list], float]]:
     """Each metric as f(predictions, labels)."""
     # Imported on use: scikit-learn and scipy take a second to load, and most verbs need neither.
