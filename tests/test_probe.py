@@ -98,6 +98,22 @@ def test_a_killed_probe_continues_with_the_cells_it_lacks(run, monkeypatch, tmp_
     assert len(calls) == 12 - 5
 
 
+def test_a_probed_run_resumes_and_its_new_checkpoint_adds_one_row(run, micro_corpus, monkeypatch, tmp_path):
+    """RUN/probe/ belongs to the run: `pretrain --resume` goes on beside it, and the next probe
+    fine-tunes the new checkpoint only."""
+    directory, glue = run
+    copy = tmp_path / "run"
+    shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("probe"))
+    assert main(["probe", str(copy), "--glue", str(glue), *PROBE]) == 0
+    data = ["--data", str(micro_corpus / "corpus"), "--tokenizer", str(micro_corpus / "tokenizer")]
+    longer = [a.replace("max_steps=4", "max_steps=6") for a in MICRO]
+    assert main(["pretrain", *data, "--out", str(copy), *longer, "--resume"]) == 0
+    calls = count_fine_tunes(monkeypatch)
+    assert main(["probe", str(copy), "--glue", str(glue), *PROBE]) == 0
+    assert {row.name for row, _, _ in calls} == {"step-00000006"} and len(calls) == 2 * 2
+    assert "step-00000006" in json.loads((copy / "probe" / "probe.json").read_text())["rows"]
+
+
 def test_probe_refuses_what_it_cannot_do_before_training(run, capsys, tmp_path):
     directory, glue = run
     cases = [

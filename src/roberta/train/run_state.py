@@ -118,18 +118,20 @@ def _remove_temporaries(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-# What a run writes into its directory (the trainer, metrics, SQuAD's answers): anything else is someone
-# else's.
+# What a run writes into its directory (the trainer, metrics, SQuAD's answers, `roberta probe`'s
+# results, which a pretraining run may be resumed beside): anything else is someone else's.
 RUN_FILES = (
     "job.json",
     "metrics.jsonl",
     "curves.png",
     "tensorboard",
+    "wandb",
     "checkpoints",
     "best",
     "results.json",
     "predictions.json",
     "null_odds.json",
+    "probe",
 )
 # The temporaries `roberta.io` writes beside a file or directory it publishes: `.NAME.tmp-*`, `.NAME.old-*`.
 _TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-.*")
