@@ -126,6 +126,8 @@ def onnx_sessions(hf_dir: Path, tokenizer, config: RobertaConfig, threads: int) 
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
 
+    from roberta.onnx_model import session
+
     started = time.perf_counter()
     # Eager attention: the graph ORT's optimizer recognizes and fuses into its Attention kernel.
     model = transformers.RobertaModel.from_pretrained(
@@ -172,11 +174,8 @@ def onnx_sessions(hf_dir: Path, tokenizer, config: RobertaConfig, threads: int) 
         weight_type=QuantType.QInt8,
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     sessions = {
-        name: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        for name, path in (("ort-fp32", optimized), ("ort-int8", quantized))
+        name: session(path, threads) for name, path in (("ort-fp32", optimized), ("ort-int8", quantized))
     }
     print(
         f"ONNX Runtime {ort.__version__} ready in {time.perf_counter() - started:.0f} s "

@@ -58,14 +58,19 @@ def _demo(p: argparse.ArgumentParser) -> Handler:
 
 def _text_corpus_options(p: argparse.ArgumentParser, out_help: str) -> None:
     """What `prepare` and `train-tokenizer` share: they read text files the same way."""
-    p.add_argument("inputs", nargs="+", help="text files, or directories of *.txt/*.text/*.jsonl/*.gz files")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        help="text files (plain, .gz, .jsonl, .parquet, .arrow), datasets.save_to_disk folders, "
+        "or directories of such files",
+    )
     p.add_argument("--out", required=True, help=out_help)
     p.add_argument(
         "--text-field",
         "--jsonl-text-field",
         dest="text_field",
         default="text",
-        help="text field of .jsonl records (default text)",
+        help="text field of .jsonl records, column of .parquet/.arrow files (default text)",
     )
     p.add_argument(
         "--errors",
@@ -98,9 +103,10 @@ def _progress_option(p: argparse.ArgumentParser) -> None:
 def _prepare(p: argparse.ArgumentParser) -> Handler:
     """encode text files into a binarized corpus directory for pretraining
 
-    Text files (plain, .gz, .jsonl) -> token memmap + sentence/document offsets + meta.json, with a
-    validation split held out by whole documents. In text files a line is a sentence and a blank
-    line ends a document.
+    Text files (plain, .gz, .jsonl, .parquet, .arrow, datasets.save_to_disk folders) -> token
+    memmap + sentence/document offsets + meta.json, with a validation split held out by whole
+    documents. In text files a line is a sentence and a blank line ends a document; a JSON or
+    Arrow record is a document, the lines of its --text-field its sentences.
     """
     _text_corpus_options(p, out_help="corpus directory to create")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (see `roberta train-tokenizer`)")
@@ -163,21 +169,57 @@ def _convert(p: argparse.ArgumentParser) -> Handler:
 
 
 def _train_tokenizer(p: argparse.ArgumentParser) -> Handler:
-    """train a byte-level BPE tokenizer (vocab.json + merges.txt) on text files
+    """train a byte-level BPE (vocab.json + merges.txt) or a WordPiece (vocab.txt) tokenizer
 
-    Trains byte-level BPE on text files (plain, .gz, .jsonl; directories expanded), reading
-    sentences as `roberta prepare` does. Writes vocab.json + merges.txt with <s>=0 <pad>=1 </s>=2
-    <unk>=3 and <mask> as the last id; OUT is written to a temporary directory, then renamed.
+    Trains on text files (plain, .gz, .jsonl, .parquet, Arrow, datasets folders; directories
+    expanded), reading sentences as `roberta prepare` does. Byte-level BPE (default) writes
+    vocab.json + merges.txt with <s>=0 <pad>=1 </s>=2 <unk>=3 and <mask> as the last id;
+    --kind wordpiece writes BERT's vocab.txt + tokenizer_config.json with [CLS]=0 [PAD]=1 [SEP]=2
+    [UNK]=3 and [MASK] last, cased unless --uncased. OUT is written to a temporary directory, then
+    renamed.
     """
     _text_corpus_options(p, out_help="directory to create (must not exist, or be empty)")
     p.add_argument("--vocab-size", type=int, required=True, help="number of ids, specials included")
     p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
+    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help="the model (default bpe)")
+    case = p.add_mutually_exclusive_group()
+    case.add_argument(
+        "--cased",
+        dest="lowercase",
+        action="store_false",
+        default=False,
+        help="wordpiece: keep case (default)",
+    )
+    case.add_argument("--uncased", dest="lowercase", action="store_true", help="wordpiece: lowercase text")
+    p.add_argument(
+        "--strip-accents",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="wordpiece: remove accents (default: only with --uncased, as BERT)",
+    )
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tokenizer import train_tokenizer
-
         settings = _text_corpus_settings(args)
-        tokenizer = train_tokenizer(args.inputs, args.out, args.vocab_size, args.min_frequency, **settings)
+        if args.kind == "wordpiece":
+            from roberta.wordpiece import train_wordpiece
+
+            tokenizer = train_wordpiece(
+                args.inputs,
+                args.out,
+                args.vocab_size,
+                args.min_frequency,
+                lowercase=args.lowercase,
+                strip_accents=args.strip_accents,
+                **settings,
+            )
+        elif args.lowercase or args.strip_accents is not None:
+            raise UserError("--cased, --uncased and --strip-accents apply to --kind wordpiece only")
+        else:
+            from roberta.tokenizer import train_tokenizer
+
+            tokenizer = train_tokenizer(
+                args.inputs, args.out, args.vocab_size, args.min_frequency, **settings
+            )
         print(f"{args.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
 
     return run
@@ -521,9 +563,9 @@ def _finetune_glue(p: argparse.ArgumentParser) -> Handler:
 
 
 def _finetune_classify(p: argparse.ArgumentParser) -> Handler:
-    """your own sentence(-pair) classification or regression data (CSV, TSV, JSONL)
+    """your own sentence(-pair) classification or regression data (CSV, TSV, JSONL, Parquet)
 
-    Reads --train and --dev (CSV, TSV or JSONL by suffix; columns by header name or JSON key).
+    Reads --train and --dev (CSV, TSV, JSONL or Parquet by suffix; columns by header, key or name).
     Labels may be strings: the label set is read from the training file and kept with the head, so
     `roberta predict` prints label names. --regression trains one output with MSE.
     """
@@ -684,6 +726,92 @@ def _print_figures(figures: dict) -> None:
     print(to_json(figures))
 
 
+def _serve(p: argparse.ArgumentParser) -> Handler:
+    """serve a checkpoint over HTTP: JSON endpoints, dynamic batching, a web page at /
+
+    Serves /fill-mask, /embed, /predict, /answer, /v1/embeddings (OpenAI's form), /health and /info,
+    and a page at / to try them. Requests that arrive together run as length-sorted batches through
+    the hub's calls (the same answers as one-by-one calls). Binds to 127.0.0.1: --host 0.0.0.0
+    exposes the server to the network, and it has no authentication. SIGTERM or Ctrl-C stops it
+    after answering the requests in flight.
+    """
+    p.add_argument(
+        "checkpoint", help="our checkpoint, an HF or fairseq directory; with --runtime onnx an export"
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
+    )
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument(
+        "--runtime",
+        choices=["torch", "onnx"],
+        default="torch",
+        help="torch (default), or onnx: a directory written by `roberta export --to onnx`",
+    )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="CPU: int8 Linear layers (torch: printing the agreement with fp32 first; onnx: the export's "
+        "int8 graphs)",
+    )
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=2048,
+        help="tokens a batch takes from the queue, and padded tokens per forward pass (default 2048)",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=0.0,
+        help="how long the first queued request waits for others to share its batch (default 0: run "
+        "what has arrived; requests arriving meanwhile form the next batch)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds before a request gets 504 (default 60)"
+    )
+    p.add_argument("--max-body-kb", type=int, default=1024, help="largest request body in KiB (default 1024)")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.serve.app import Limits
+        from roberta.serve.server import ServeOptions, serve
+
+        limits = Limits(max_body_bytes=args.max_body_kb << 10, timeout_s=args.timeout)
+        names = ("checkpoint", "host", "port", "runtime", "int8", "device", "max_batch_tokens", "max_wait_ms")
+        serve(ServeOptions(**{name: getattr(args, name) for name in names}, limits=limits))
+
+    return run
+
+
+def _export(p: argparse.ArgumentParser) -> Handler:
+    """export a checkpoint to ONNX (encoder and every head), checked against our logits
+
+    Writes OUT/ with encoder.onnx (dynamic batch and sequence axes; every layer's hidden states),
+    lm_head.onnx, one graph per task head, onnx.json and the tokenizer, then runs them with
+    onnxruntime on a padded batch of real text and prints the largest difference from our PyTorch
+    outputs; above --tolerance it fails and OUT is not written. --int8 adds onnxruntime's dynamic
+    int8 quantization of each graph (*.int8.onnx), printing its agreement with fp32.
+    `roberta serve OUT --runtime onnx` serves it.
+    """
+    p.add_argument("checkpoint", help="our checkpoint, an HF or fairseq directory")
+    p.add_argument("out", help="directory to write (replaced atomically if it holds an export)")
+    p.add_argument("--to", choices=["onnx"], default="onnx", help="format (default onnx)")
+    p.add_argument(
+        "--int8", action="store_true", help="also write int8 graphs (onnxruntime dynamic quantization)"
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=1e-4, help="largest allowed output difference (default 1e-4)"
+    )
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.onnx_export import export_onnx
+
+        export_onnx(args.checkpoint, args.out, int8=args.int8, tolerance=args.tolerance)
+
+    return run
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 
@@ -741,6 +869,8 @@ VERBS = {
     "embed": _embed,
     "predict": _predict,
     "probe": _probe,
+    "serve": _serve,
+    "export": _export,
 }
 
 

@@ -69,7 +69,7 @@ class Roberta(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.model.embed_tokens.weight.device
+        return self.model.device
 
     @property
     def max_seq_len(self) -> int:
@@ -297,6 +297,19 @@ class Roberta(nn.Module):
 
         Refused for a model whose checkpoint held no masked-LM head.
         """
+        self.check_fill_mask(topk)
+        texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
+
+        def run(batch: torch.Tensor, _: list[int]) -> list[tuple[list[float], list[int]]]:
+            values, indices = self._logits_at_mask(batch).softmax(dim=-1).topk(topk, dim=-1)
+            return list(zip(values.tolist(), indices.tolist()))
+
+        found = self._batched([self.encode_masked(text) for text in texts], run)
+        results = [self._fillings(text, *best) for text, best in zip(texts, found)]
+        return results[0] if isinstance(masked_input, str) else results
+
+    def check_fill_mask(self, topk: int) -> None:
+        """`fill_mask`'s model and `topk`, checked before any text is read (UserError)."""
         require_lm_head(self.model, "fill_mask")
         vocab = self.model.config.vocab_size
         if self.tokenizer.vocab_size != vocab:
@@ -307,15 +320,6 @@ class Roberta(nn.Module):
             )
         if type(topk) is not int or not 1 <= topk <= vocab:
             raise UserError(f"topk {topk!r} out of range: give 1..{vocab} (the model's vocabulary size)")
-        texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
-
-        def run(batch: torch.Tensor, _: list[int]) -> list[tuple[list[float], list[int]]]:
-            values, indices = self._logits_at_mask(batch).softmax(dim=-1).topk(topk, dim=-1)
-            return list(zip(values.tolist(), indices.tolist()))
-
-        found = self._batched([self._encode_masked(text) for text in texts], run)
-        results = [self._fillings(text, *best) for text, best in zip(texts, found)]
-        return results[0] if isinstance(masked_input, str) else results
 
     def mask_logits(self, masked_input: str | Sequence[str]) -> torch.Tensor:
         """The vocabulary logits (float32) that `fill_mask` ranks, at the one `<mask>` of a text:
@@ -324,7 +328,7 @@ class Roberta(nn.Module):
         texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
         logits = torch.stack(
             self._batched(
-                [self._encode_masked(text) for text in texts],
+                [self.encode_masked(text) for text in texts],
                 lambda batch, _: list(self._logits_at_mask(batch)),
             )
         )
@@ -336,7 +340,9 @@ class Roberta(nn.Module):
         hidden = self.model(batch, unpad=True, select=batch.eq(self.tokenizer.mask_id)).last_hidden_state
         return self.model.lm_logits(hidden).float()
 
-    def _encode_masked(self, text: str) -> torch.Tensor:
+    def encode_masked(self, text: str) -> torch.Tensor:
+        """The ids `fill_mask` runs for a text with one `<mask>` (UserError: no or several masks,
+        or longer than the model's positions)."""
         count = text.count(MASK)
         if count != 1:
             raise UserError(f"fill_mask needs exactly one {MASK} in the text, found {count}: {text!r}")

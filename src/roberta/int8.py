@@ -29,6 +29,24 @@ from tqdm import tqdm
 
 from roberta.errors import UserError
 
+# Real text on which a changed runtime (int8, ONNX) is compared with ours where it has no input of
+# its own (`roberta serve --int8`, `roberta export`): varied lengths, so a batch is padded, and a pair.
+SAMPLE_TEXTS = (
+    ("The quick brown fox jumps over the lazy dog.", None),
+    ("RoBERTa is a robustly optimized BERT pretraining approach.", "It drops next sentence prediction."),
+    ("Paris is the capital and most populous city of France.", None),
+    ("Serving a model means answering requests while they keep coming, one batch at a time.", None),
+    ("Hi!", None),
+)
+
+
+def sample_ids(tokenizer, max_length: int) -> list[list[int]]:
+    """SAMPLE_TEXTS' ids, each cut to `max_length` tokens."""
+    return [
+        tokenizer.encode(text, *([pair] if pair else []), max_length=max_length)
+        for text, pair in SAMPLE_TEXTS
+    ]
+
 
 def require_cpu(device: torch.device) -> None:
     """int8 products run on the CPU engine only; anything else is a UserError naming the device."""

@@ -188,6 +188,14 @@ def build_head(config: RobertaConfig, spec: dict) -> nn.Module:
     return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), labels)
 
 
+def require_head(heads: nn.ModuleDict, name: str) -> nn.Module:
+    """The head `name`, else a UserError listing the heads there are."""
+    if name not in heads:
+        known = ", ".join(heads) or "none"
+        raise UserError(f"unknown head {name!r} (registered: {known})")
+    return heads[name]
+
+
 def _as_output(h: Tensor, select: Tensor | str | None, unpadded: Unpadded | None) -> Tensor:
     """A layer's output as callers see it: [B, T, H]; [B, 1, H] for select="first"; [N, H] for a mask."""
     if select is not None:
@@ -213,6 +221,10 @@ class RobertaModel(nn.Module):
         self.lm_head = LMHead(config, self.embed_tokens.weight)
         self.heads = nn.ModuleDict()
         self.apply(self._init_weights)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
 
     def _init_weights(self, module: nn.Module) -> None:
         # BERT/fairseq initialisation: N(0, 0.02) weights, zero biases, a zero padding row.
@@ -310,10 +322,7 @@ class RobertaModel(nn.Module):
         return self._require_head(name)(hidden)
 
     def _require_head(self, name: str) -> nn.Module:
-        if name not in self.heads:
-            known = ", ".join(self.heads) or "none"
-            raise UserError(f"unknown head {name!r} (registered: {known})")
-        return self.heads[name]
+        return require_head(self.heads, name)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

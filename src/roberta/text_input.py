@@ -1,17 +1,20 @@
 """Reading raw text, as `prepare` and `train-tokenizer` both do: files cut into chunks of whole
 documents, and chunks into sentences.
 
-Input files are plain UTF-8 text, optionally gzip-compressed (`.gz`), or JSON lines (`.jsonl`,
-`.jsonl.gz`) with one document per record in a text field. In text files a line is a sentence
-and a blank (or whitespace-only) line ends a document; the end of a file ends a document too;
-with `line_is_document` every non-blank line is a document of one sentence. In a JSON record,
-the lines of the text field are the document's sentences.
+Input files are plain UTF-8 text, optionally gzip-compressed (`.gz`), JSON lines (`.jsonl`,
+`.jsonl.gz`) with one document per record in a text field, or records of a text column in Parquet
+and Arrow files and `datasets.save_to_disk` folders (`roberta.arrow_input`). In text files a line is
+a sentence and a blank (or whitespace-only) line ends a document; the end of a file ends a document
+too; with `line_is_document` every non-blank line is a document of one sentence. In a JSON or
+Arrow record, the lines of the text field are the document's sentences, read by one function
+whatever the container, so a corpus gives the same sentences as JSONL or as Parquet.
 
 Chunks are cut at document boundaries so that workers can encode them independently and the
 output does not depend on how many workers there are. Where a chunk starts is fully described by
 a `Position`, so a rerun can start reading at a recorded position and cut the same chunks.
 A document longer than `MAX_CHUNK_FACTOR` chunks is cut at a line boundary; the next chunk
-then carries `continues=True` so its first sentences stay in that document.
+then carries `continues=True` so its first sentences stay in that document. A chunk of records
+holds their texts, whole records of about `chunk_bytes` of text; its position counts rows.
 """
 
 from __future__ import annotations
@@ -25,16 +28,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from roberta.arrow_input import RECORD_SUFFIXES, dataset_files, is_records, record_batches, text_bytes
 from roberta.errors import UserError
 
 # A chunk grows past chunk_bytes only to reach a document boundary, up to this many chunk sizes.
 MAX_CHUNK_FACTOR = 4
-TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".gz")
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".gz", *RECORD_SUFFIXES)
 
 
 @dataclass(frozen=True)
 class Position:
-    """Where reading starts: file index, byte offset (uncompressed), 0-based line number."""
+    """Where reading starts: file index, byte offset (uncompressed), 0-based line number; in a
+    file of records, offset and line are both the 0-based row number."""
 
     file: int = 0
     offset: int = 0
@@ -48,7 +53,14 @@ class Chunk:
     path: str
     start: Position
     end: Position  # the position of the next chunk
-    data: bytes
+    data: bytes  # b"" for records
+    texts: list[str] | None = None  # records: one document each
+    text_bytes: int = 0  # records: UTF-8 bytes of `texts`
+
+    @property
+    def nbytes(self) -> int:
+        """Input bytes the chunk stands for (the progress bar's and the shards' measure)."""
+        return len(self.data) if self.texts is None else self.text_bytes
 
 
 @dataclass(frozen=True)
@@ -63,12 +75,22 @@ def is_jsonl(path: str | Path) -> bool:
     return name.endswith(".jsonl") or name.endswith(".jsonl.gz")
 
 
+def input_size(path: Path) -> int | None:
+    """The bytes a file's chunks add up to, where known without reading it (not compressed text,
+    not records)."""
+    return None if path.name.endswith(".gz") or is_records(path) else path.stat().st_size
+
+
 def expand_inputs(inputs: list[str | Path]) -> list[Path]:
-    """Files as given, and directories expanded to their text files (recursively, sorted)."""
+    """Files as given, a `datasets.save_to_disk` folder as its data files, and other directories
+    expanded to their text files (recursively, sorted)."""
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
-        if path.is_dir():
+        dataset = dataset_files(path) if path.is_dir() else None
+        if dataset is not None:
+            files.extend(dataset)
+        elif path.is_dir():
             found = sorted(
                 p
                 for p in path.rglob("*")
@@ -127,9 +149,14 @@ def iter_chunks(
     position = start
     for file_index in range(start.file, len(files)):
         path = files[file_index]
-        one_line_documents = options.line_is_document or is_jsonl(path)
         if file_index != position.file:
             position = Position(file=file_index)
+        if is_records(path):
+            for chunk in _record_chunks(path, position, chunk_bytes, options.text_field, index):
+                yield chunk
+                index, position = chunk.index + 1, chunk.end
+            continue
+        one_line_documents = options.line_is_document or is_jsonl(path)
         with _reading(path), _open(path) as f:
             if position.offset:
                 f.seek(position.offset)
@@ -146,6 +173,28 @@ def iter_chunks(
                 yield Chunk(index=index, path=str(path), start=position, end=end, data=data)
                 index += 1
                 position = end
+
+
+def _record_chunks(path: Path, start: Position, chunk_bytes: int, field: str, index: int) -> Iterator[Chunk]:
+    """Chunks of whole records, about chunk_bytes of text each, from row `start.offset` on."""
+    texts: list[str] = []
+    size, first = 0, start.offset
+
+    def chunk(end_row: int) -> Chunk:
+        at = Position(file=start.file, offset=first, line=first)
+        end = Position(file=start.file, offset=end_row, line=end_row)
+        return Chunk(index, str(path), at, end, b"", texts, size)
+
+    for row, batch in record_batches(path, [field], strings=[field], first_row=start.offset):
+        column = batch.column(0)
+        for number, (text, n) in enumerate(zip(column.to_pylist(), text_bytes(column)), start=row + 1):
+            texts.append(text)
+            size += n
+            if size >= chunk_bytes:
+                yield chunk(number)
+                texts, size, first, index = [], 0, number, index + 1
+    if texts:
+        yield chunk(first + len(texts))
 
 
 def _read_chunk(f: io.BufferedIOBase, chunk_bytes: int, one_line_documents: bool) -> tuple[bytes, bool]:
@@ -190,21 +239,17 @@ def decode_chunk(chunk: Chunk, errors: str) -> str:
 
 def chunk_sentences(chunk: Chunk, options: InputOptions) -> tuple[list[str], list[bool]]:
     """The chunk's sentences, and for each whether it begins a new document."""
-    text = decode_chunk(chunk, options.errors)
     sentences: list[str] = []
     starts: list[bool] = []
+    if chunk.texts is not None:
+        for document in chunk.texts:
+            _add_document(document, sentences, starts)
+        return sentences, starts
+    text = decode_chunk(chunk, options.errors)
     if is_jsonl(chunk.path):
         for number, line in enumerate(text.split("\n"), start=chunk.start.line + 1):
-            if not line.strip():
-                continue
-            document = _jsonl_text(line, chunk.path, number, options).split("\n")
-            new_document = True
-            for raw in document:
-                sentence = raw.strip()
-                if sentence:
-                    sentences.append(sentence)
-                    starts.append(new_document)
-                    new_document = False
+            if line.strip():
+                _add_document(_jsonl_text(line, chunk.path, number, options), sentences, starts)
         return sentences, starts
     new_document = not chunk.start.continues
     for line in text.split("\n"):
@@ -216,6 +261,17 @@ def chunk_sentences(chunk: Chunk, options: InputOptions) -> tuple[list[str], lis
         else:
             new_document = True
     return sentences, starts
+
+
+def _add_document(document: str, sentences: list[str], starts: list[bool]) -> None:
+    """A record's text: its non-blank lines, stripped, are sentences of one new document."""
+    new_document = True
+    for raw in document.split("\n"):
+        sentence = raw.strip()
+        if sentence:
+            sentences.append(sentence)
+            starts.append(new_document)
+            new_document = False
 
 
 def _jsonl_text(line: str, path: str, number: int, options: InputOptions) -> str:
@@ -232,3 +288,38 @@ def _jsonl_text(line: str, path: str, number: int, options: InputOptions) -> str
             f"{path}: line {number}: field {field!r} is {type(value).__name__}, expected a string"
         )
     return value
+
+
+class TrainingText:
+    """The sentences a tokenizer trainer reads, in batches: text files read exactly as `roberta
+    prepare` reads them, under a progress bar. `check_not_empty` refuses a corpus with no text once
+    the trainer has read it (the trainer's iterator cannot raise through its Rust caller)."""
+
+    def __init__(self, files: list[str | Path], options: InputOptions, progress: bool):
+        from tqdm import tqdm
+
+        self.paths = expand_inputs(list(files))
+        self.options = options
+        self.sentences = 0
+        sizes = [input_size(p) for p in self.paths]
+        self.bar = tqdm(
+            total=None if None in sizes else sum(sizes),
+            unit="B",
+            unit_scale=True,
+            desc="reading text",
+            disable=not progress,
+        )
+
+    def batches(self) -> Iterator[list[str]]:
+        """Each chunk's sentences (chunks of about 1 MB of whole documents)."""
+        for chunk in iter_chunks(self.paths, 1 << 20, self.options):
+            batch = chunk_sentences(chunk, self.options)[0]
+            self.sentences += len(batch)
+            yield batch
+            self.bar.update(chunk.nbytes)
+
+    def check_not_empty(self) -> None:
+        self.bar.close()
+        if not self.sentences:
+            shown = ", ".join(map(str, self.paths[:3])) + (" ..." if len(self.paths) > 3 else "")
+            raise UserError(f"{shown}: empty corpus (no non-blank lines)")

@@ -27,7 +27,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -39,7 +39,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, pro
 
 from roberta.errors import UserError
 from roberta.io import atomic_directory, atomic_write
-from roberta.text_input import InputOptions, chunk_sentences, expand_inputs, iter_chunks
+from roberta.text_input import InputOptions, TrainingText
 
 # GPT-2's pre-tokenizer; `tokenizers`' ByteLevel pre-tokenizer uses the same expression.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -218,6 +218,43 @@ def _roles(path: Path, vocab: dict[str, int], *choices: dict[str, str]) -> dict[
     return roles
 
 
+def _read_wordpiece_config(path: Path) -> tuple[dict[str, bool | None], bytes | None]:
+    """do_lower_case and strip_accents of a BERT tokenizer_config.json ({} without one), and its bytes."""
+    if not path.is_file():
+        return {}, None
+    raw = _read_bytes(path)
+    config = _read_json_object(path, raw)
+    for field in ("do_lower_case", "strip_accents"):
+        if config.get(field) is not None and type(config[field]) is not bool:
+            raise UserError(
+                f"{path}: field {field!r} is {json.dumps(config[field])}, expected true, false or null"
+            )
+    return {
+        "do_lower_case": config.get("do_lower_case") or False,
+        "strip_accents": config.get("strip_accents"),
+    }, raw
+
+
+def _agreed(recorded: dict[str, bool | None], field: str, asked: bool | None, vocab: Path) -> bool | None:
+    """The value asked for, else the recorded one; where both are given they must agree."""
+    found = recorded.get(field)
+    if asked is not None and found is not None and found != asked:
+        raise UserError(
+            f"{vocab.with_name('tokenizer_config.json')}: field {field!r} is {json.dumps(found)}, but "
+            f"{json.dumps(asked)} was asked for: {vocab} was built for the recorded choice "
+            "(load it as recorded, or train a vocabulary for the other)"
+        )
+    return asked if asked is not None else found
+
+
+def bert_normalizer(lowercase: bool, strip_accents: bool) -> normalizers.Normalizer:
+    """BERT's text cleaning (control characters removed, CJK characters split off), then the case
+    and accents as chosen: what BertTokenizerFast applies before WordPiece."""
+    return normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
+    )
+
+
 def _fairseq_ids(symbols: list[str]) -> list[str]:
     """Tokens in fairseq's id order: the four specials, dict.txt's symbols, then <mask>, which
     fairseq's masked_lm task adds unless dict.txt already lists it (`add_symbol` keeps that id)."""
@@ -362,6 +399,7 @@ class Tokenizer:
         reference_to_model: np.ndarray | None = None,
         merges: Sequence[tuple[str, str]] = (),
         lowercase: bool = False,
+        strip_accents: bool = False,
         joiner: str = " ",
     ):
         self.kind = kind
@@ -373,6 +411,7 @@ class Tokenizer:
         self._merges = merges
         self._files = files
         self._lowercase = lowercase
+        self._strip_accents = strip_accents
         self._joiner = joiner  # between decoded symbols of a symbol vocabulary
         self._special = np.zeros(len(tokens), dtype=bool)
         self._special[list(roles.values())] = True
@@ -503,26 +542,37 @@ class Tokenizer:
         return cls("symbols", tokens, roles, engine, vocab, {"dict.txt": raw}, joiner=joiner)
 
     @classmethod
-    def from_wordpiece(cls, vocab_txt: str | Path, lowercase: bool = False) -> Tokenizer:
-        """BERT WordPiece vocab.txt (cased unless `lowercase`); roles from [CLS] [SEP] [PAD] [UNK] [MASK] or
-        <s> ...."""
+    def from_wordpiece(
+        cls, vocab_txt: str | Path, lowercase: bool | None = None, strip_accents: bool | None = None
+    ) -> Tokenizer:
+        """BERT WordPiece vocab.txt; roles from [CLS] [SEP] [PAD] [UNK] [MASK] or <s> ....
+
+        Case and accents as the tokenizer_config.json beside it records them (`do_lower_case`,
+        `strip_accents`; without one: cased, accents kept), or as given; a value given that the
+        file contradicts is refused, since the vocabulary was built for the file's choice.
+        `strip_accents=None` follows `lowercase`, as in BERT."""
         path = Path(vocab_txt)
         raw = _read_bytes(path)
         vocab = _read_wordpiece_vocab(path, raw)
+        recorded, config_raw = _read_wordpiece_config(path.with_name("tokenizer_config.json"))
+        lowercase = bool(_agreed(recorded, "do_lower_case", lowercase, path))
+        strip = _agreed(recorded, "strip_accents", strip_accents, path)
+        strip = lowercase if strip is None else strip
         roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS)
         tokens = sorted(vocab, key=vocab.__getitem__)
         engine = tokenizers.Tokenizer(
             models.WordPiece(vocab, unk_token=tokens[roles["unk"]], max_input_chars_per_word=100)
         )
-        engine.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
-        )
+        engine.normalizer = bert_normalizer(lowercase, strip)
         engine.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         engine.decoder = decoders.WordPiece(prefix="##")
         files = {"vocab.txt": raw}
-        if lowercase:
-            files["tokenizer_config.json"] = b'{"do_lower_case": true}\n'
-        return cls("wordpiece", tokens, roles, engine, vocab, files, lowercase=lowercase)
+        if config_raw is not None:
+            files["tokenizer_config.json"] = config_raw
+        elif lowercase or strip:
+            config = {"do_lower_case": lowercase, "strip_accents": strip}
+            files["tokenizer_config.json"] = (json.dumps(config) + "\n").encode()
+        return cls("wordpiece", tokens, roles, engine, vocab, files, lowercase=lowercase, strip_accents=strip)
 
     # ---- vocabulary
 
@@ -535,6 +585,16 @@ class Tokenizer:
     eos_id = _role_id("eos")
     unk_id = _role_id("unk")
     mask_id = _role_id("mask")
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether text is lowercased before tokenizing (WordPiece's do_lower_case)."""
+        return self._lowercase
+
+    @property
+    def strip_accents(self) -> bool:
+        """Whether accents are stripped before tokenizing (WordPiece's strip_accents)."""
+        return self._strip_accents
 
     @property
     def engine(self) -> str:
@@ -580,6 +640,9 @@ class Tokenizer:
             "merges": [f"{a} {b}" for a, b in self._merges],
             "lowercase": self._lowercase,
         }
+        # Accents stripped as BERT does (with lowercasing only) add no key: fingerprints stay as they were.
+        if self._strip_accents != self._lowercase:
+            content["strip_accents"] = self._strip_accents
         return hashlib.sha256(
             json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
         ).hexdigest()
@@ -786,11 +849,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     elif {"vocab.json", "merges.txt"} <= has:
         tokenizer = Tokenizer.from_hf(d / "vocab.json", d / "merges.txt")
     elif "vocab.txt" in has:
-        config = d / "tokenizer_config.json"
-        lowercase = config.is_file() and bool(
-            _read_json_object(config, _read_bytes(config)).get("do_lower_case", False)
-        )
-        return Tokenizer.from_wordpiece(d / "vocab.txt", lowercase=lowercase)
+        return Tokenizer.from_wordpiece(d / "vocab.txt")
     elif "dict.txt" in has and not ("tokenizer.json" in has and _lists_gpt2_ids(d / "dict.txt")):
         tokenizer = Tokenizer.from_fairseq_dict(d / "dict.txt")
     elif "tokenizer.json" in has:
@@ -857,6 +916,12 @@ def _check_other_vocabularies(tokenizer: Tokenizer, d: Path, has: set[str]) -> N
             raise UserError(f"{path}: model.merges differ from {merges}: the two files disagree")
 
 
+def check_tokenizer_out(out: Path) -> None:
+    """A trainer writes a new directory, or fills an empty one."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: already exists and is not empty")
+
+
 def train_tokenizer(
     files: Sequence[str | Path],
     out_dir: str | Path,
@@ -867,13 +932,12 @@ def train_tokenizer(
     errors: Literal["strict", "replace"] = "strict",
     progress: bool = True,
 ) -> Tokenizer:
-    """Train a byte-level BPE on text files (plain, .gz, .jsonl; directories expanded) and write
-    HF-layout vocab.json + merges.txt to `out_dir`: <s>=0 <pad>=1 </s>=2 <unk>=3, the 256 bytes,
-    the merges, and <mask> last, `vocab_size` ids in all (fewer if the text has too few pairs).
-    Sentences are read exactly as `roberta prepare` reads them; `errors` is what invalid UTF-8 does
-    (an error naming file and line, or U+FFFD)."""
-    from tqdm import tqdm
-
+    """Train a byte-level BPE on text files (plain, .gz, .jsonl, .parquet, Arrow; directories
+    expanded) and write HF-layout vocab.json + merges.txt to `out_dir`: <s>=0 <pad>=1 </s>=2
+    <unk>=3, the 256 bytes, the merges, and <mask> last, `vocab_size` ids in all (fewer if the text
+    has too few pairs). Sentences are read exactly as `roberta prepare` reads them; `errors` is what
+    invalid UTF-8 does (an error naming file and line, or U+FFFD). `roberta.wordpiece` trains BERT's
+    WordPiece instead."""
     out = Path(out_dir)
     specials = [BYTE_LEVEL_SPECIALS[r] for r in ("bos", "pad", "eos", "unk")]
     smallest = len(specials) + len(BYTE_TO_CHAR) + 1
@@ -881,37 +945,13 @@ def train_tokenizer(
         raise UserError(
             f"--vocab-size {vocab_size} is too small: the specials and 256 bytes take {smallest} ids"
         )
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: already exists and is not empty")
-    paths = expand_inputs(list(files))
-    options = InputOptions(text_field=text_field, errors=errors)
-    compressed = any(p.name.endswith(".gz") for p in paths)
-    bar = tqdm(
-        total=None if compressed else sum(p.stat().st_size for p in paths),
-        unit="B",
-        unit_scale=True,
-        desc="reading text",
-        disable=not progress,
-    )
-
-    sentences = 0
-
-    def sentence_batches() -> Iterator[list[str]]:
-        nonlocal sentences
-        for chunk in iter_chunks(paths, 1 << 20, options):
-            batch = chunk_sentences(chunk, options)[0]
-            sentences += len(batch)
-            yield batch
-            bar.update(len(chunk.data))
-
+    check_tokenizer_out(out)
+    text = TrainingText(list(files), InputOptions(text_field=text_field, errors=errors), progress)
     engine = tokenizers.Tokenizer(models.BPE())
     engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     trainer = _bpe_trainer(vocab_size, min_frequency, specials, progress)
-    engine.train_from_iterator(sentence_batches(), trainer)
-    bar.close()
-    if not sentences:
-        shown = ", ".join(map(str, paths[:3])) + (" ..." if len(paths) > 3 else "")
-        raise UserError(f"{shown}: empty corpus (no non-blank lines)")
+    engine.train_from_iterator(text.batches(), trainer)
+    text.check_not_empty()
     # replace_if=(): only an empty `out` may be replaced, as checked above.
     with atomic_directory(out, replace_if=()) as staging:
         _write_hf_files(engine, staging)

@@ -260,9 +260,11 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
         },
     }
     if tokenizer.kind == "wordpiece":
-        existing = directory / "tokenizer_config.json"
-        lowercase = existing.is_file() and read_json(existing).get("do_lower_case", False)
-        config.update(tokenizer_class="BertTokenizer", do_lower_case=lowercase)
+        config.update(
+            tokenizer_class="BertTokenizer",
+            do_lower_case=tokenizer.lowercase,
+            strip_accents=tokenizer.strip_accents,
+        )
     elif tokenizer.kind == "symbols":
         config.update(tokenizer_class="PreTrainedTokenizerFast")
         (directory / "tokenizer.json").write_text(tokenizer.hf_tokenizer_json(), encoding="utf-8")

@@ -32,7 +32,15 @@ from tqdm import tqdm
 from roberta.data import corpus as layout
 from roberta.errors import UserError
 from roberta.io import publish_directory, write_json
-from roberta.text_input import Chunk, InputOptions, Position, chunk_sentences, expand_inputs, iter_chunks
+from roberta.text_input import (
+    Chunk,
+    InputOptions,
+    Position,
+    chunk_sentences,
+    expand_inputs,
+    input_size,
+    iter_chunks,
+)
 
 if TYPE_CHECKING:
     from roberta.tokenizer import Tokenizer
@@ -64,9 +72,9 @@ class ChunkEncoder:
     def __call__(self, chunk: Chunk) -> Encoded:
         sentences, starts = chunk_sentences(chunk, self.options)
         if not sentences:
-            return Encoded(np.zeros(0, self.dtype), np.zeros(0, np.int64), np.zeros(0, bool), len(chunk.data))
+            return Encoded(np.zeros(0, self.dtype), np.zeros(0, np.int64), np.zeros(0, bool), chunk.nbytes)
         ids, lengths = self._encode(sentences)
-        return Encoded(ids.astype(self.dtype), lengths, np.array(starts, dtype=bool), len(chunk.data))
+        return Encoded(ids.astype(self.dtype), lengths, np.array(starts, dtype=bool), chunk.nbytes)
 
     def _encode(self, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Sentence token ids back to back, and each sentence's length.
@@ -330,7 +338,8 @@ def _run(
 ) -> None:
     opts = params["options"]
     chunks = iter_chunks(files, opts["chunk_bytes"], encoder.options, state.next_position, state.next_chunk)
-    total = None if any(p.name.endswith(".gz") for p in files) else sum(p.stat().st_size for p in files)
+    sizes = [input_size(p) for p in files]
+    total = None if None in sizes else sum(sizes)
     shard = _ShardInProgress(partial, len(state.shards))
     # The bar starts after the workers: its monitor thread must not exist when they fork.
     with (

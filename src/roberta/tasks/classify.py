@@ -1,10 +1,11 @@
 """Sentence(-pair) classification and regression: the user's own files, and the objective that
 fine-tunes a classification head on them (GLUE uses it too, with its own readers and metrics).
 
-Examples are read from CSV, TSV or JSONL with columns named by header or key; the label set is
-the sorted distinct labels of the training file. CSV and TSV labels are strings, compared as
-written. JSONL labels are JSON values compared by value: the numbers 1 and 1.0 and the strings
-"1" and "1.0" are one class, named "1"; other strings are compared as written. Batches
+Examples are read from CSV, TSV, JSONL or Parquet/Arrow with columns named by header, key or
+column name; the label set is the sorted distinct labels of the training file. CSV and TSV labels
+are strings, compared as written. JSONL and Parquet labels are typed values compared by value: the
+numbers 1 and 1.0 and the strings "1" and "1.0" are one class, named "1"; other strings are
+compared as written. Batches
 carry `tokens` [B, T] (padded to the longest), `labels` [B] (class ids, or floats for
 regression) and `index` [B] (the example's position, so dev predictions can be gathered).
 """
@@ -26,7 +27,7 @@ from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
-from roberta.tasks.rows import read_records
+from roberta.tasks.rows import TYPED, read_records
 from roberta.train.config import JobConfig
 from roberta.train.trainer import EXAMPLES, Batch, Objective
 
@@ -47,12 +48,13 @@ def read_labelled_file(
     label_column: str | None = None,
     regression: bool = False,
 ) -> list[Example]:
-    """Examples from a .csv, .tsv or .jsonl file; indices are the 0-based row numbers."""
+    """Examples from a .csv, .tsv, .jsonl, .parquet or .arrow file; indices are the 0-based row numbers."""
     path = Path(path)
     columns = [c for c in (text_column, pair_column, label_column) if c is not None]
+    texts = [c for c in (text_column, pair_column) if c is not None]
     examples = []
-    by_value = path.suffix.lower() == ".jsonl"
-    for number, record in read_records(path, columns):
+    by_value = path.suffix.lower() in TYPED
+    for number, record in read_records(path, columns, strings=texts):
         text = _text(record, text_column, path, number)
         pair = None if pair_column is None else _text(record, pair_column, path, number)
         label = (

@@ -1,9 +1,11 @@
-"""Rows of the text tables tasks read (TSV, CSV, JSONL), with errors that name file and line.
+"""Rows of the tables tasks read (TSV, CSV, JSONL, Parquet, Arrow), with errors that name file and line.
 
 TSV is split at every tab with no quote processing, as GLUE's own readers do
 (`csv.reader(f, delimiter="\\t", quotechar=None)`): MRPC's strings open quotes they never
 close, and a quote-aware reader would swallow the lines after them. CSV is the quoted dialect
 spreadsheets write. Blank lines are not rows. A UTF-8 byte-order mark (MRPC has one) is dropped.
+Parquet and Arrow columns are read by name (`roberta.arrow_input`), rows numbered from 1 as lines
+are; their values keep their types, as JSONL's do.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from roberta.arrow_input import RECORD_SUFFIXES, record_batches
 from roberta.errors import UserError
 from roberta.io import open_input
 
-FORMATS = (".csv", ".tsv", ".jsonl")
+FORMATS = (".csv", ".tsv", ".jsonl", *RECORD_SUFFIXES)
+# Formats whose values are typed (numbers, booleans), not strings as written.
+TYPED = (".jsonl", *RECORD_SUFFIXES)
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -56,19 +61,24 @@ def read_csv(path: Path) -> Iterator[tuple[int, list[str]]]:
         first = reader.line_num + 1
 
 
-def read_records(path: str | Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
-    """(line number, {column: value}) for each row of a .csv, .tsv or .jsonl file, keeping only
-    `columns`. A CSV/TSV file's first row names its columns; every row must have as many fields
-    as it. JSONL values keep their JSON types."""
+def read_records(
+    path: str | Path, columns: list[str], strings: list[str] = ()
+) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, {column: value}) for each row of a .csv, .tsv, .jsonl, .parquet or .arrow file,
+    keeping only `columns`. A CSV/TSV file's first row names its columns; every row must have as
+    many fields as it. JSONL and Arrow values keep their types; an Arrow column in `strings` must
+    hold text."""
     path = Path(path)
-    if path.suffix.lower() not in FORMATS:
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS:
         raise UserError(f"{path}: unknown format {path.suffix!r} (expected one of {', '.join(FORMATS)})")
-    if path.suffix.lower() == ".jsonl":
+    if suffix == ".jsonl":
         yield from _jsonl_records(path, columns)
-        return
-    yield from table_records(
-        path, read_tsv(path) if path.suffix.lower() == ".tsv" else read_csv(path), columns
-    )
+    elif suffix in RECORD_SUFFIXES:
+        for row, batch in record_batches(path, columns, strings):
+            yield from enumerate(batch.to_pylist(), start=row + 1)
+    else:
+        yield from table_records(path, read_tsv(path) if suffix == ".tsv" else read_csv(path), columns)
 
 
 def table_records(

@@ -608,7 +608,7 @@ def predict_windows(
 
     from roberta.batching import cut, pad
 
-    device = next(model.parameters()).device
+    device = model.device
     width = max(len(w.tokens) for w in windows)
     starts, ends = [], []
     was_training = model.training

@@ -146,11 +146,15 @@ class TrainSection(JobSection):
     best_metric: str = ""  # the evaluation figure RUN/best/ is chosen by ("" = the task's own)
     peak_tflops: float = 0.0  # for MFU; 0 = known GPU table or a measured CPU matmul peak
     progress: bool = True  # the progress bar (`roberta probe` runs many short runs under one bar of its own)
+    # Where the records go besides metrics.jsonl and curves.png (train.metrics.REPORTERS); W&B runs
+    # offline unless WANDB_API_KEY is set.
+    report_to: str = "tensorboard"
 
     CHOICES: ClassVar = {
         "precision": ("auto", "fp32", "bf16", "fp16"),
         "parallel": ("ddp", "fsdp"),
         "device": ("auto", "cpu", "cuda"),
+        "report_to": ("tensorboard", "wandb", "tensorboard,wandb", "wandb,tensorboard", "none"),
     }
     RANGES: ClassVar = {
         "batch_size": ">0",

@@ -1,4 +1,5 @@
-"""Where a run's numbers go: metrics.jsonl, TensorBoard and curves.png (rank 0 only).
+"""Where a run's numbers go: metrics.jsonl and curves.png, and the trackers `train.report_to`
+names, TensorBoard (the default) and Weights & Biases (rank 0 only).
 
 Also the arithmetic behind the progress bar's MFU: the model's training FLOPs per step over
 the hardware's peak.
@@ -26,31 +27,51 @@ GPU_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "
 
 
 class MetricsLog:
-    def __init__(self, run_dir: Path, resume_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        resume_step: int | None = None,
+        report_to: str = "tensorboard",
+        job: dict | None = None,
+    ):
         self.run_dir = run_dir
         self.path = run_dir / METRICS_FILE
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume_step is not None:
             self._truncate_after(resume_step)
-        from torch.utils.tensorboard import SummaryWriter
+        reporters = set(report_to.split(","))
+        self.writer = None
+        if "tensorboard" in reporters:
+            from torch.utils.tensorboard import SummaryWriter
 
-        # purge_step drops events a killed run logged past its last checkpoint.
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+            # purge_step drops events a killed run logged past its last checkpoint.
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+        self.wandb = open_wandb(run_dir, job or {}, resume_step) if "wandb" in reporters else None
 
     def log(self, step: int, split: str, values: dict[str, float]) -> None:
         record = {"step": step, "split": split, **{k: _plain(v) for k, v in values.items()}}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        for key, value in values.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self.writer.add_scalar(f"{split}/{key}", value, step)
-        self.writer.flush()
+        scalars = {
+            f"{split}/{key}": value
+            for key, value in record.items()
+            if key not in ("step", "split") and isinstance(value, (int, float)) and math.isfinite(value)
+        }
+        if self.writer:
+            for key, value in scalars.items():
+                self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+        if self.wandb:
+            self.wandb.log(scalars, step=step)
 
     def plot(self) -> Path:
         return plot_curves(read_metrics(self.path), self.run_dir / CURVES_FILE)
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer:
+            self.writer.close()
+        if self.wandb:
+            self.wandb.finish()
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():
@@ -58,6 +79,27 @@ class MetricsLog:
         kept = [r for r in read_metrics(self.path) if r["step"] <= step]
         with atomic_write(self.path) as f:
             f.write("".join(json.dumps(r) + "\n" for r in kept))
+
+
+def open_wandb(run_dir: Path, job: dict, resume_step: int | None):
+    """A W&B run named after the run directory, the job as its config. Offline (run files under
+    $WANDB_DIR, else RUN/wandb/, for `wandb sync` later) unless WANDB_API_KEY is set or WANDB_MODE
+    says otherwise, so no server is contacted by default."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError(
+            "train.report_to includes wandb, but the wandb package is not installed (pip install wandb)"
+        ) from None
+    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    return wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "roberta"),
+        name=run_dir.name,
+        dir=os.environ.get("WANDB_DIR") or str(run_dir),
+        mode=mode,
+        config={**job, "resumed_from_step": resume_step},
+        settings=wandb.Settings(silent=True, console="off"),
+    )
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -343,8 +343,10 @@ def _open_run_directory(run: _Run, run_info: dict | None) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     if run.resumed:
         run_state.remove_run_temporaries(run.run_dir)
-    write_json(run.run_dir / JOB_FILE, {"job": _job_record(run.job, run.model), **(run_info or {})})
-    run.log = MetricsLog(run.run_dir, resume_step=run.step if run.resumed else None)
+    job = _job_record(run.job, run.model)
+    write_json(run.run_dir / JOB_FILE, {"job": job, **(run_info or {})})
+    resume_step = run.step if run.resumed else None
+    run.log = MetricsLog(run.run_dir, resume_step, report_to=run.job.train.report_to, job=job)
     run.last_checkpoint = run_state.latest_checkpoint(run.run_dir)
 
 

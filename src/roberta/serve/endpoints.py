@@ -1,0 +1,177 @@
+"""What each JSON endpoint reads, how its requests run together, and what it answers.
+
+`parse_*` checks one request's body on its own (a UserError names the field) and encodes it, so
+a bad request is refused before it joins a batch and never fails the requests batched with it.
+`run` is the batcher's call: every item of a round with one key through one hub list call (the
+hub sorts by length and pads per batch), so an answer is the one-by-one hub call's, to rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from roberta.errors import UserError
+from roberta.hub import Roberta
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One request, ready for the batcher: what to run (`key`), on which items, at what cost."""
+
+    key: Hashable
+    items: list
+    tokens: int
+
+
+def _field(body: dict, name: str, kind: type, default=None, required: bool = False):
+    if name not in body:
+        if required:
+            raise UserError(f"field {name!r} is required")
+        return default
+    value = body[name]
+    # bool is an int in Python; a JSON true is no layer or topk.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(k.__name__ for k in kinds)
+        raise UserError(f"field {name!r}: expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def _texts(body: dict, name: str = "text", required: bool = True) -> list[str] | None:
+    """A string, or a non-empty list of strings, as a list."""
+    if name not in body and not required:
+        return None
+    value = _field(body, name, (str, list), required=True)
+    texts = [value] if isinstance(value, str) else value
+    if not texts:
+        raise UserError(f"field {name!r}: an empty list")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise UserError(f"field {name!r}[{i}]: expected str, got {type(text).__name__}")
+    return texts
+
+
+def _ids(hub: Roberta, body: dict) -> list[torch.Tensor]:
+    texts = _texts(body)
+    pairs = _texts(body, "pair", required=False)
+    if pairs is not None and len(pairs) != len(texts):
+        raise UserError(f"field 'pair': {len(pairs)} pairs for {len(texts)} texts")
+    return hub.encode_batch(texts, pairs, truncate=_field(body, "truncate", bool, False))
+
+
+def _only_head(hub: Roberta, kind: str, fallback: str) -> str:
+    """The checkpoint's one head of `kind`, when it has exactly one; else `fallback`."""
+    names = [name for name, head in hub.model.heads.items() if head.kind == kind]
+    return names[0] if len(names) == 1 else fallback
+
+
+def parse_fill_mask(hub: Roberta, body: dict) -> Parsed:
+    texts = _texts(body)
+    topk = _field(body, "topk", int, 5)
+    hub.check_fill_mask(topk)
+    lengths = [len(hub.encode_masked(text)) for text in texts]
+    return Parsed(("fill-mask", topk), texts, sum(lengths))
+
+
+def parse_embed(hub: Roberta, body: dict) -> Parsed:
+    layer, pool = _field(body, "layer", int, -1), _field(body, "pool", str, "cls")
+    hub.check_embed(layer, pool)
+    ids = _ids(hub, body)
+    return Parsed(("embed", layer, pool), ids, sum(map(len, ids)))
+
+
+def parse_openai_embeddings(hub: Roberta, body: dict) -> Parsed:
+    """OpenAI's request (`input`: a string or a list of strings; `model` is ignored: one is served)."""
+    if _field(body, "encoding_format", str, "float") != "float":
+        raise UserError("field 'encoding_format': only 'float' is served")
+    return parse_embed(hub, {**body, "text": _field(body, "input", (str, list), required=True)})
+
+
+def parse_predict(hub: Roberta, body: dict) -> Parsed:
+    head = _field(body, "head", str, _only_head(hub, "classification", ""))
+    if not head:
+        raise UserError("field 'head' is required: the checkpoint has several classification heads, or none")
+    hub.head(head, "classification")
+    ids = _ids(hub, body)
+    return Parsed(("predict", head), ids, sum(map(len, ids)))
+
+
+def parse_answer(hub: Roberta, body: dict) -> Parsed:
+    question = _field(body, "question", str, required=True)
+    context = _field(body, "context", str, required=True)
+    if not question.strip():
+        raise UserError("field 'question': empty")
+    if not context:
+        raise UserError("field 'context': empty")
+    topk = _field(body, "topk", int, 1)
+    if topk < 1:
+        raise UserError(f"field 'topk': {topk} out of range, give 1 or more")
+    head = _field(body, "head", str, _only_head(hub, "span", "squad"))
+    hub.head(head, "span")
+    tokens = len(hub.tokenizer.encode(question, context))
+    return Parsed(("answer", head, topk), [(question, context)], tokens)
+
+
+def run(hub: Roberta, key: tuple, items: list) -> Sequence:
+    """The hub's list call for one round's items of one key: one result per item, in order."""
+    what = key[0]
+    if what == "fill-mask":
+        return hub.fill_mask(items, topk=key[1])
+    if what == "embed":
+        return hub.embed(items, layer=key[1], pool=key[2]).tolist()
+    if what == "predict":
+        return list(hub.predict(key[1], items, return_logits=True).float())
+    if what == "answer":
+        questions, contexts = zip(*items)
+        return hub.answer(list(questions), list(contexts), topk=key[2], name=key[1])
+    raise ValueError(f"no endpoint runs {key!r}")
+
+
+def fillings(results: list) -> dict:
+    return {
+        "fillings": [
+            [{"sequence": text, "score": score, "token": token} for text, score, token in result]
+            for result in results
+        ]
+    }
+
+
+def embeddings(results: list) -> dict:
+    return {"embeddings": results}
+
+
+def openai_embeddings(results: list, parsed: Parsed, model: str) -> dict:
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(results)],
+        "model": model,
+        "usage": {"prompt_tokens": parsed.tokens, "total_tokens": parsed.tokens},
+    }
+
+
+def predictions(hub: Roberta, head: str, results: list[torch.Tensor]) -> dict:
+    """Each row's label and class probabilities (a one-output regression head: its score)."""
+    module = hub.model.heads[head]
+    out = []
+    for logits in results:
+        if len(logits) == 1:
+            out.append({"score": float(logits[0])})
+            continue
+        labels = label_names(module)
+        probabilities = logits.softmax(-1).tolist()
+        best = max(range(len(labels)), key=probabilities.__getitem__)
+        out.append({"label": labels[best], "probabilities": dict(zip(labels, probabilities))})
+    return {"head": head, "predictions": out}
+
+
+def label_names(head) -> list[str]:
+    """A classification head's class names: those it was trained with, else "0".."C-1"."""
+    return list(head.labels) or [str(i) for i in range(head.spec()["num_classes"])]
+
+
+def answers(results: list) -> dict:
+    (spans,) = results
+    return {"answers": [{"text": text, "score": score, "start": start} for text, score, start in spans]}
