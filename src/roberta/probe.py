@@ -280,6 +280,7 @@ def _plot(record: dict, tasks: tuple[str, ...], path: Path) -> None:
             base = record["rows"].get(RANDOM, {}).get("average") if key == "average" else baseline.get(key)
             if base is not None:
                 ax.axhline(base, color=line.get_color(), linestyle="--", linewidth=0.8)
+    ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1e6:g}M")
     ax.set_xlabel("tokens seen in pretraining")
     ax.set_ylabel("dev score x 100 (median over seeds); dashed: random init")
     ax.legend(fontsize=8)

@@ -1,0 +1,83 @@
+"""Why a checkpoint does (not) beat its random init in `roberta probe`: two quick looks at one task.
+
+- `finetune`: the probe's fine-tuning of CKPT on TASK with another learning rate, epoch count or batch
+  size than `roberta.probe.RECIPE` (the probe itself never changes its recipe per checkpoint).
+- `linear`: a logistic regression on frozen mean-pooled features of each layer (0 = embeddings) of
+  CKPT, trained on the probe's training examples of TASK and scored on its dev set: what the
+  features hold before any fine-tuning moves them.
+
+    .venv/bin/python benchmarks/experiments/probe_diagnostics.py finetune CKPT --task STS-B --epochs 10
+    .venv/bin/python benchmarks/experiments/probe_diagnostics.py linear CKPT --task SST-2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from roberta import probe
+from roberta.tasks.glue import get_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fine_tune(args, task, data) -> None:
+    probe.RECIPE = probe.Recipe(args.lr, args.batch_size, args.epochs, examples=args.examples)
+    row = probe.Row("diagnostic", args.checkpoint, 0, 0)
+    scores = []
+    with tempfile.TemporaryDirectory() as work:
+        for seed in range(1, args.seeds + 1):
+            scores.append(probe.task_score(probe._fine_tune(row, task, seed, data, Path(work) / "cell")))
+    known = [s for s in scores if s is not None]
+    print(
+        f"{args.checkpoint.name} {task.name} lr={args.lr} epochs={args.epochs} batch={args.batch_size}: "
+        f"{[None if s is None else round(s, 1) for s in scores]}, median "
+        f"{statistics.median(known):.1f}"
+        if known
+        else "no score"
+    )
+
+
+def linear(args, task, data) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from roberta.hub import load
+
+    hub = load(args.checkpoint)
+    train, _, dev = data
+    dev = next(iter(dev.values()))[0]
+
+    def features(examples, layer: int) -> np.ndarray:
+        tokens = hub.encode_batch([e.text for e in examples], truncate=True)
+        return hub.embed(tokens, layer=layer, pool="mean").float().numpy()
+
+    for layer in range(hub.model.config.num_layers + 1):
+        fit = LogisticRegression(max_iter=2000).fit(features(train, layer), [e.label for e in train])
+        accuracy = fit.score(features(dev, layer), [e.label for e in dev])
+        name = f"{args.checkpoint.name} {task.name} layer {layer}"
+        print(f"{name}: linear probe, dev accuracy {100 * accuracy:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("look", choices=["finetune", "linear"])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--task", default="SST-2")
+    parser.add_argument("--glue", type=Path, default=ROOT.parent / "shared" / "data" / "glue")
+    parser.add_argument("--lr", type=float, default=probe.RECIPE.lr)
+    parser.add_argument("--epochs", type=float, default=probe.RECIPE.epochs)
+    parser.add_argument("--batch-size", type=int, default=probe.RECIPE.batch_size)
+    parser.add_argument("--examples", type=int, default=probe.RECIPE.examples)
+    parser.add_argument("--seeds", type=int, default=1)
+    args = parser.parse_args()
+    task = get_task(args.task)
+    data = probe._read_task(task, args.glue, args.examples)
+    (fine_tune if args.look == "finetune" else linear)(args, task, data)
+
+
+if __name__ == "__main__":
+    main()
