@@ -72,3 +72,30 @@ def glue_slice(directory: Path, shared_data: Path, task: str, rows: int) -> Path
     for name in ("train.tsv", "dev.tsv"):
         (root / name).write_text("".join(lines))
     return root
+
+
+def prepare_killed_then_resumed(monkeypatch, prepare_call, killed_after: int, between) -> list[int]:
+    """Run `prepare_call` with the encoder raising KeyboardInterrupt (a Ctrl-C) in its chunk
+    `killed_after + 1`, call `between()` (the test's look at what the kill left), then run it again
+    whole; returns the chunk indices the second run encoded."""
+    import pytest
+
+    from roberta.data.prepare import ChunkEncoder
+
+    calls: list[int] = []
+    encode = ChunkEncoder.__call__
+
+    def counted(self, chunk, limit: int | None = killed_after):
+        calls.append(chunk.index)
+        if limit is not None and len(calls) > limit:
+            raise KeyboardInterrupt
+        return encode(self, chunk)
+
+    monkeypatch.setattr(ChunkEncoder, "__call__", counted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_call()
+    between()
+    calls.clear()
+    monkeypatch.setattr(ChunkEncoder, "__call__", lambda self, chunk: counted(self, chunk, None))
+    prepare_call()
+    return calls

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_fixtures import make_documents, write_byte_tokenizer
+from data_fixtures import make_documents, prepare_killed_then_resumed, write_byte_tokenizer
 from roberta.arrow_input import record_batches
 from roberta.cli import main
-from roberta.data.prepare import ChunkEncoder, prepare
+from roberta.data.prepare import prepare
 from roberta.errors import UserError
 from roberta.tasks.classify import read_labelled_file
 from roberta.tokenizer import train_tokenizer
@@ -106,25 +106,14 @@ def test_a_killed_prepare_of_parquet_resumes_after_its_finished_shards(
 ):
     parquet = write_parquet(tmp_path / "c.parquet", texts)
     clean = prepare([parquet], tokenizer_dir, tmp_path / "clean", **SMALL)
-    calls = []
-    encode = ChunkEncoder.__call__
-
-    def killed_after_twelve(self, chunk):
-        calls.append(chunk.index)
-        if len(calls) > 12:
-            raise KeyboardInterrupt
-        return encode(self, chunk)
-
-    monkeypatch.setattr(ChunkEncoder, "__call__", killed_after_twelve)
     out = tmp_path / "resumed"
-    with pytest.raises(KeyboardInterrupt):
-        prepare([parquet], tokenizer_dir, out, **SMALL)
-    assert (tmp_path / "resumed.partial" / "progress.json").is_file()
-    calls.clear()
-    monkeypatch.setattr(
-        ChunkEncoder, "__call__", lambda self, chunk: calls.append(chunk.index) or encode(self, chunk)
+
+    def killed_state() -> None:
+        assert (tmp_path / "resumed.partial" / "progress.json").is_file()
+
+    calls = prepare_killed_then_resumed(
+        monkeypatch, lambda: prepare([parquet], tokenizer_dir, out, **SMALL), 12, killed_state
     )
-    prepare([parquet], tokenizer_dir, out, **SMALL)
     assert calls[0] > 0  # started after the finished shards, mid-file
     assert corpus_files(out) == corpus_files(clean)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_fixtures import make_documents, write_byte_tokenizer, write_text
+from data_fixtures import make_documents, prepare_killed_then_resumed, write_byte_tokenizer, write_text
 from roberta.cli import main
 from roberta.data import Corpus, check_tokenizer
-from roberta.data.prepare import ChunkEncoder, held_out, prepare, word_start_table
+from roberta.data.prepare import held_out, prepare, word_start_table
 from roberta.errors import UserError
 from roberta.tokenizer import load_tokenizer
 
@@ -109,26 +109,14 @@ def test_a_killed_prepare_resumes_from_its_finished_shards(tmp_path, tokenizer_d
     clean = prepare([text], tokenizer_dir, tmp_path / "clean", **small)
     total_chunks = -(-text.stat().st_size // 2048)
 
-    calls = []
-    encode = ChunkEncoder.__call__
-
-    def killed_after_ten(self, chunk):
-        calls.append(chunk.index)
-        if len(calls) > 10:
-            raise KeyboardInterrupt
-        return encode(self, chunk)
-
-    monkeypatch.setattr(ChunkEncoder, "__call__", killed_after_ten)
     out = tmp_path / "resumed"
-    with pytest.raises(KeyboardInterrupt):
-        prepare([text], tokenizer_dir, out, **small)
-    assert not out.exists() and (tmp_path / "resumed.partial" / "progress.json").is_file()
 
-    calls.clear()
-    monkeypatch.setattr(
-        ChunkEncoder, "__call__", lambda self, chunk: calls.append(chunk.index) or encode(self, chunk)
+    def killed_state() -> None:
+        assert not out.exists() and (tmp_path / "resumed.partial" / "progress.json").is_file()
+
+    calls = prepare_killed_then_resumed(
+        monkeypatch, lambda: prepare([text], tokenizer_dir, out, **small), 10, killed_state
     )
-    prepare([text], tokenizer_dir, out, **small)
     assert calls[0] > 0 and len(calls) < total_chunks  # started after the finished shards
     assert files_of(out) == files_of(clean)
 
