@@ -467,7 +467,7 @@ def _evaluate(p: argparse.ArgumentParser) -> None:
 
 
 def _finetune_options(p: argparse.ArgumentParser) -> None:
-    """Options every `roberta finetune TASK` takes."""
+    """Options every `roberta finetune TASK` takes: where it starts, and the run's."""
     p.add_argument(
         "--init", required=True, help="checkpoint to start from: ours, an HF directory, or fairseq model.pt"
     )
@@ -476,6 +476,11 @@ def _finetune_options(p: argparse.ArgumentParser) -> None:
         help="start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --init: its body, "
         "a new head",
     )
+    _run_options(p)
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """The run's options, which `finetune` and `distill` share: its directory, job and members."""
     p.add_argument(
         "--out", required=True, help="run directory: checkpoints/, best/, metrics.jsonl, results.json"
     )
@@ -506,11 +511,17 @@ def _finetune_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_finetune(
-    args: argparse.Namespace, plan_task, lr: float, batch_size: int, epochs: float = 10, extra: tuple = ()
+    args: argparse.Namespace,
+    plan_task,
+    lr: float,
+    batch_size: int,
+    epochs: float = 10,
+    extra: tuple = (),
+    start=None,
 ) -> None:
     """The task's recipe (its LR, batch, epochs), the --config file and the overrides, then every
     member (one run, --seeds or --sweep) planned with `plan_task(job, model, tokenizer, source)`
-    and run; prints the summary."""
+    and run from `start` (default: --init, --init-task); prints the summary."""
     from roberta.io import to_json
     from roberta.tasks.finetune import Start, finetune, load_finetune_job
 
@@ -521,7 +532,7 @@ def _run_finetune(
     summary = finetune(
         job,
         args.out,
-        Start(args.init, args.init_task),
+        start or Start(args.init, args.init_task),
         plan_task,
         seeds=args.seeds,
         sweep=args.sweep,
@@ -538,28 +549,9 @@ def _finetune_glue(p: argparse.ArgumentParser) -> Handler:
     layouts and fine-tunes with the paper's recipe for the task (LR, batch, 10 epochs, 6% warmup,
     weight decay 0.1), evaluating on dev every epoch and keeping the best as RUN/best/.
     """
-    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
-    p.add_argument(
-        "--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)"
-    )
+    _glue_data_options(p)
     _finetune_options(p)
-
-    def run(args: argparse.Namespace) -> None:
-        from pathlib import Path
-
-        from roberta.tasks.classify import plan_sentences
-        from roberta.tasks.glue import get_task, read_task_dir, sentence_task
-
-        task = get_task(args.task)
-        data = Path(args.data)
-
-        def plan(job, model, tokenizer, source):
-            train, train_path, dev = read_task_dir(task, data)
-            return plan_sentences(sentence_task(task), train, train_path, dev, job, model, tokenizer, source)
-
-        _run_finetune(args, plan, task.lr, task.batch_size)
-
-    return run
+    return lambda args: _run_sentences(args, _glue_sentences(args))
 
 
 def _finetune_classify(p: argparse.ArgumentParser) -> Handler:
@@ -569,6 +561,21 @@ def _finetune_classify(p: argparse.ArgumentParser) -> Handler:
     Labels may be strings: the label set is read from the training file and kept with the head, so
     `roberta predict` prints label names. --regression trains one output with MSE.
     """
+    _classify_data_options(p)
+    _finetune_options(p)
+    return lambda args: _run_sentences(args, _classify_sentences(args))
+
+
+def _glue_data_options(p: argparse.ArgumentParser) -> None:
+    """What `finetune glue` and `distill glue` read."""
+    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
+    p.add_argument(
+        "--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)"
+    )
+
+
+def _classify_data_options(p: argparse.ArgumentParser) -> None:
+    """What `finetune classify` and `distill classify` read, and their recipe."""
     p.add_argument("--train", required=True, help="training file")
     p.add_argument("--dev", required=True, help="dev file (its labels must all occur in --train)")
     p.add_argument("--text-column", required=True, help="column of the text")
@@ -582,29 +589,55 @@ def _finetune_classify(p: argparse.ArgumentParser) -> Handler:
     )
     p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
     p.add_argument("--batch-size", type=int, default=16, help="examples per update (default 16)")
-    _finetune_options(p)
 
-    def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.classify import label_set, own_data_task, plan_sentences, read_labelled_file
 
-        columns = dict(
-            text_column=args.text_column,
-            pair_column=args.pair_column,
-            label_column=args.label_column,
-            regression=args.regression,
-        )
+# A sentence task's data as `finetune` and `distill` take it: (read, read_unlabelled, LR, batch size).
+# read() gives (SentenceTask, training examples, training file, dev sets by name as (examples, file));
+# read_unlabelled(FILE) the examples of a file in the task's format, its labels ignored.
+Sentences = tuple[Callable[[], tuple], Callable[[str], list], float, int]
 
-        def plan(job, model, tokenizer, source):
-            train = read_labelled_file(args.train, **columns)
-            dev = read_labelled_file(args.dev, **columns)
-            task = own_data_task(args.head, () if args.regression else label_set(train, args.train))
-            return plan_sentences(
-                task, train, args.train, {"dev": (dev, args.dev)}, job, model, tokenizer, source
-            )
 
-        _run_finetune(args, plan, args.lr, args.batch_size)
+def _glue_sentences(args: argparse.Namespace) -> Sentences:
+    """--task's data in --data, and the task's recipe."""
+    from functools import partial
+    from pathlib import Path
 
-    return run
+    from roberta.tasks.glue import get_task, read_split, read_task_dir, sentence_task
+
+    task = get_task(args.task)
+
+    def read() -> tuple:
+        return sentence_task(task), *read_task_dir(task, Path(args.data))
+
+    return read, partial(read_split, task, labelled=False), task.lr, task.batch_size
+
+
+def _classify_sentences(args: argparse.Namespace) -> Sentences:
+    """--train and --dev read by their columns, the label set from --train, and --lr, --batch-size."""
+    from roberta.tasks.classify import label_set, own_data_task, read_labelled_file
+
+    columns = dict(text_column=args.text_column, pair_column=args.pair_column)
+
+    def read() -> tuple:
+        labelled = dict(columns, label_column=args.label_column, regression=args.regression)
+        train = read_labelled_file(args.train, **labelled)
+        dev = read_labelled_file(args.dev, **labelled)
+        task = own_data_task(args.head, () if args.regression else label_set(train, args.train))
+        return task, train, args.train, {"dev": (dev, args.dev)}
+
+    return read, lambda path: read_labelled_file(path, **columns), args.lr, args.batch_size
+
+
+def _run_sentences(args: argparse.Namespace, sentences: Sentences) -> None:
+    """`finetune glue|classify`: the sentence task fine-tuned from --init."""
+    from roberta.tasks.classify import plan_sentences
+
+    read, _, lr, batch_size = sentences
+
+    def plan(job, model, tokenizer, source):
+        return plan_sentences(*read(), job, model, tokenizer, source)
+
+    _run_finetune(args, plan, lr, batch_size)
 
 
 def _finetune_squad(p: argparse.ArgumentParser) -> Handler:
@@ -812,6 +845,75 @@ def _export(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _distill(p: argparse.ArgumentParser) -> None:
+    """distill a fine-tuned teacher into a smaller student on a task: GLUE, your own data
+
+    The student (any checkpoint with the teacher's tokenizer) learns from the teacher's soft labels
+    at temperature T (KL scaled by T^2; squared error to its score for regression) mixed with the
+    gold labels (weight 1 - alpha), on the task's training set and on unlabeled --transfer text
+    (soft labels only). The teacher's logits are computed once and cached at RUN/teacher-logits.npy.
+    Same trainer, run directory, RUN/best/, --resume and overrides as `roberta finetune`.
+    """
+    _add_commands(p, "task_family", "TASK", DISTILL_TASKS)
+
+
+def _distill_glue(p: argparse.ArgumentParser) -> Handler:
+    """a GLUE task from its standard TSV files, with the task's fine-tuning recipe
+
+    Reads DIR/train.tsv and the dev file(s) as `finetune glue` does and distills --teacher (a
+    fine-tuned checkpoint with the head named after the task) into --student with the task's recipe
+    (LR, batch, 10 epochs), keeping the best dev checkpoint as RUN/best/.
+    """
+    _glue_data_options(p)
+    _distill_options(p, "a TSV in the task's layout (its label column absent or ignored)")
+    return lambda args: _run_distill(args, _glue_sentences(args))
+
+
+def _distill_classify(p: argparse.ArgumentParser) -> Handler:
+    """your own sentence(-pair) classification or regression data (CSV, TSV, JSONL, Parquet)
+
+    Reads --train and --dev as `finetune classify` does and distills --teacher (fine-tuned on the same
+    labels, its head named --head) into --student.
+    """
+    _classify_data_options(p)
+    _distill_options(p, "a file with --text-column (and --pair-column); a label column is ignored")
+    return lambda args: _run_distill(args, _classify_sentences(args))
+
+
+def _distill_options(p: argparse.ArgumentParser, transfer_help: str) -> None:
+    """Options every `roberta distill TASK` takes: the two models, the loss, the run's."""
+    p.add_argument(
+        "--teacher", required=True, help="fine-tuned checkpoint holding the task's head (RUN/best)"
+    )
+    p.add_argument(
+        "--student", required=True, help="checkpoint to start the student from (any shape, same tokenizer)"
+    )
+    p.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T (default 2)")
+    p.add_argument(
+        "--alpha", type=float, default=0.5, help="weight of the soft loss, 1 - alpha the gold's (default 0.5)"
+    )
+    p.add_argument("--transfer", metavar="FILE", help=f"unlabeled examples distilled too: {transfer_help}")
+    _run_options(p)
+
+
+def _run_distill(args: argparse.Namespace, sentences: Sentences) -> None:
+    """`distill glue|classify`: the sentence task distilled into --student."""
+    from roberta.tasks.distill import Distillation, plan_distillation
+    from roberta.tasks.finetune import Start
+
+    read, read_unlabelled, lr, batch_size = sentences
+    settings = Distillation(args.teacher, args.temperature, args.alpha)
+
+    def plan(job, model, tokenizer, source):
+        task, train, train_path, dev = read()
+        transfer = read_unlabelled(args.transfer) if args.transfer else []
+        return plan_distillation(
+            task, train, train_path, dev, transfer, settings, job, model, tokenizer, source
+        )
+
+    _run_finetune(args, plan, lr, batch_size, start=Start(args.student))
+
+
 # --- verbs: one function each, registered in VERBS below -------------------------------------
 
 
@@ -856,6 +958,7 @@ FINETUNE_TASKS = {
     "squad": _finetune_squad,
     "race": _finetune_race,
 }
+DISTILL_TASKS = {"glue": _distill_glue, "classify": _distill_classify}
 EVALUATE_TASKS = {"glue": _evaluate_glue, "squad": _evaluate_squad}
 VERBS = {
     "demo": _demo,
@@ -864,6 +967,7 @@ VERBS = {
     "convert": _convert,
     "pretrain": _pretrain,
     "finetune": _finetune,
+    "distill": _distill,
     "evaluate": _evaluate,
     "fill-mask": _fill_mask,
     "embed": _embed,

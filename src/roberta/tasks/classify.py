@@ -255,8 +255,13 @@ def classify_objective(
     )
 
 
+def sentence_logits(task: SentenceTask, model: RobertaModel, batch: Batch) -> torch.Tensor:
+    """The head's outputs for a batch, [B, classes] ([B, 1] for regression), in float32."""
+    return model.classify(task.name, model(batch["tokens"], select="first").last_hidden_state).float()
+
+
 def _loss(task: SentenceTask, model: RobertaModel, batch: Batch) -> dict:
-    logits = model.classify(task.name, model(batch["tokens"], select="first").last_hidden_state).float()
+    logits = sentence_logits(task, model, batch)
     gold = batch["labels"]
     if task.regression:
         predictions = logits.squeeze(-1)
@@ -279,7 +284,17 @@ def _metrics(task: SentenceTask, sums: dict[str, float], examples: dict[str, np.
     return figures
 
 
-def plan_sentences(
+@dataclass(frozen=True)
+class EncodedSentences:
+    """A task's examples checked and encoded for the starting model: each set as (token ids,
+    label values)."""
+
+    max_length: int
+    train: tuple[list[list[int]], list]
+    dev: dict[str, tuple[list[list[int]], list]]
+
+
+def encode_sentences(
     task: SentenceTask,
     train_examples: Sequence[Example],
     train_path: str | Path,
@@ -288,9 +303,9 @@ def plan_sentences(
     model: RobertaModel,
     tokenizer,
     source: str | Path,
-) -> Task:
-    """Sentence(-pair) classification or regression of `model` (fine-tuned from `source`) on
-    labelled examples, checked and encoded; RUN/best/ holds the best dev checkpoint, with its head."""
+) -> EncodedSentences:
+    """The examples checked against `model` (fine-tuned from `source`: its head, its positions)
+    and encoded."""
     pairs = train_examples[0].pair is not None
     max_length = task_length(
         job,
@@ -311,10 +326,26 @@ def plan_sentences(
         name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
         for name, (examples, path) in dev_sets.items()
     }
+    return EncodedSentences(max_length, train, dev)
+
+
+def plan_sentences(
+    task: SentenceTask,
+    train_examples: Sequence[Example],
+    train_path: str | Path,
+    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer,
+    source: str | Path,
+) -> Task:
+    """Sentence(-pair) classification or regression of `model` (fine-tuned from `source`) on
+    labelled examples, checked and encoded; RUN/best/ holds the best dev checkpoint, with its head."""
+    data = encode_sentences(task, train_examples, train_path, dev_sets, job, model, tokenizer, source)
     return Task(
         objective=lambda member, rank, world: classify_objective(
-            task, train, dev, member, tokenizer.pad_id, rank, world
+            task, data.train, data.dev, member, tokenizer.pad_id, rank, world
         ),
-        max_length=max_length,
+        max_length=data.max_length,
         run_info={"task": task.name, "labels": list(task.labels)},
     )

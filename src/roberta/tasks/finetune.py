@@ -351,6 +351,9 @@ class Task:
     run_info: dict  # recorded in RUN/job.json
     outputs: tuple[str, ...] = ()  # files a finished run holds besides results.json
     finish: Callable[[Path, JobConfig, TrainResult, distributed.Placement], None] | None = None  # after a run
+    # Once the plan has passed and --out is cleared, before any member runs: (--out, placement).
+    prepare: Callable[[Path, distributed.Placement], None] | None = None
+    keep: tuple[str, ...] = ()  # what --overwrite and a restart keep at --out (a cache that checks itself)
 
 
 # plan_task(job, starting model, tokenizer, where the model came from) -> Task
@@ -391,8 +394,10 @@ def finetune(
     for w in caught:  # the plan passed: what it noticed may be shown now
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if placement.is_main and overwrite and out.is_dir():
-        run_state.clear_directory(out)
+        run_state.clear_directory(out, keep=task.keep)
     distributed.barrier()
+    if task.prepare is not None:
+        task.prepare(out, placement)
     results = []
     for member in members:
         if member.mode == "done":
@@ -406,7 +411,7 @@ def finetune(
             )
             continue
         if placement.is_main and member.mode == "restart":
-            run_state.clear_directory(member.run_dir)
+            run_state.clear_directory(member.run_dir, keep=task.keep)
         distributed.barrier()
         torch.manual_seed(member.job.train.seed)  # the new head's initial weights
         model, _ = start.load(member.job)

@@ -118,6 +118,9 @@ def _remove_temporaries(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+# A distillation command's cache of its teacher's logits, at --out (beside its members with --seeds):
+# the array and what it was computed from.
+TEACHER_LOGITS = ("teacher-logits.npy", "teacher-logits.json")
 # What a run writes into its directory (the trainer, metrics, SQuAD's answers, `roberta probe`'s
 # results, which a pretraining run may be resumed beside): anything else is someone else's.
 RUN_FILES = (
@@ -132,6 +135,7 @@ RUN_FILES = (
     "predictions.json",
     "null_odds.json",
     "probe",
+    *TEACHER_LOGITS,
 )
 # The temporaries `roberta.io` writes beside a file or directory it publishes: `.NAME.tmp-*`, `.NAME.old-*`.
 _TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-.*")
@@ -175,7 +179,7 @@ def directory_modes(out: Path, run_dirs: list[Path], resume: bool, overwrite: bo
         return ["start"] * len(run_dirs)
     members = {d.name for d in run_dirs if d != out}  # when --out holds several runs
     if resume:  # only what this command writes there
-        ours = members | {RESULTS_FILE} if members else set(RUN_FILES)
+        ours = members | {RESULTS_FILE, *TEACHER_LOGITS} if members else set(RUN_FILES)
     else:  # a run of either shape, which --resume or --overwrite deals with
         ours = {*RUN_FILES, *members}
     stray = [name for name in entries if name not in ours and not is_temporary(out / name)]
@@ -220,10 +224,13 @@ def _resume_mode(run_dir: Path) -> str:
     return "resume" if latest_checkpoint(run_dir) else "restart"
 
 
-def clear_directory(directory: Path) -> None:
-    """Remove what `directory` holds (validated as ours to replace), keeping the directory."""
+def clear_directory(directory: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove what `directory` holds (validated as ours to replace), keeping the directory and
+    the entries named in `keep`."""
     if directory.is_dir():
         for path in directory.iterdir():
+            if path.name in keep:
+                continue
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 

@@ -1,0 +1,286 @@
+"""Task distillation: a student fine-tuned on a teacher's soft labels mixed with the gold labels
+(Hinton et al. 2015), on the task's training set and, optionally, on unlabeled transfer text in
+the task's format ("Well-read students learn better", Turc et al. 2019).
+
+The student starts from any checkpoint with the teacher's tokenizer; the teacher is a fine-tuned
+checkpoint holding the task's head. Its logits for every training and transfer example are
+computed once, after the whole command has been checked, and cached at --out
+(`teacher-logits.npy`, read memory-mapped, and `teacher-logits.json`, the teacher's and the data's
+hashes): a resumed run, and a rerun of the same teacher on the same data (--overwrite keeps the
+cache), read them instead of running the teacher again; a changed teacher or data recomputes them.
+Everything else is fine-tuning's: classify's objective with its training loss replaced and each
+training batch given its rows of teacher logits, the one trainer, RUN/best/, exact resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from roberta.batching import pad, sorted_batches
+from roberta.errors import UserError
+from roberta.io import atomic_write, read_json, write_json
+from roberta.model import RobertaModel
+from roberta.tasks.classify import (
+    Example,
+    SentenceTask,
+    classify_objective,
+    encode,
+    encode_sentences,
+    sentence_logits,
+)
+from roberta.tasks.finetune import Task
+from roberta.train import distributed
+from roberta.train.config import JobConfig
+from roberta.train.run_state import RESULTS_FILE, TEACHER_LOGITS
+from roberta.train.trainer import Batch, Objective, TrainResult
+
+LOGITS_FILE, LOGITS_INFO = TEACHER_LOGITS
+TEACHER_BATCH = 64  # examples per teacher forward while caching its logits
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """The teacher and how its soft labels mix with the gold ones."""
+
+    teacher: str | Path
+    temperature: float = 2.0
+    alpha: float = 0.5  # weight of the soft loss on labelled examples; 1 - alpha goes to the gold loss
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise UserError(f"--temperature must be a positive number, not {self.temperature}")
+        if not 0 <= self.alpha <= 1:
+            raise UserError(f"--alpha must be between 0 and 1, not {self.alpha}")
+
+    def record(self) -> dict:
+        return {"teacher": str(self.teacher), "temperature": self.temperature, "alpha": self.alpha}
+
+
+def distillation_loss(
+    student: torch.Tensor,
+    teacher: torch.Tensor,
+    gold: torch.Tensor,
+    labelled: torch.Tensor,
+    temperature: float,
+    alpha: float,
+) -> torch.Tensor:
+    """The batch's summed loss: alpha * soft + (1 - alpha) * hard on labelled examples, soft alone
+    on transfer examples (`labelled` False, their `gold` a placeholder). For classes (logits
+    [B, C]) soft is T² KL(softmax(teacher/T) || softmax(student/T)), scaled by T² so its gradients
+    keep their size as T changes (Hinton et al.), and hard the cross-entropy to gold; for
+    regression (one output) soft is the squared error to the teacher's score, hard to gold."""
+    if student.shape[-1] == 1:
+        soft = (student - teacher).squeeze(-1) ** 2
+        hard = (student.squeeze(-1) - gold) ** 2
+    else:
+        log_p = F.log_softmax(student / temperature, dim=-1)
+        log_q = F.log_softmax(teacher / temperature, dim=-1)
+        soft = temperature**2 * F.kl_div(log_p, log_q, reduction="none", log_target=True).sum(-1)
+        hard = F.cross_entropy(student, gold, reduction="none")
+    soft_weight = torch.where(labelled, alpha, 1.0)
+    hard_weight = torch.where(labelled, 1.0 - alpha, 0.0)
+    return (soft_weight * soft + hard_weight * hard).sum()
+
+
+def distilled_objective(
+    base: Objective,
+    task: SentenceTask,
+    logits: Callable[[], np.ndarray],
+    labelled: int,
+    settings: Distillation,
+) -> Objective:
+    """`base` (classify's objective over the labelled examples then the transfer ones) with each
+    training batch given its teacher logits (rows of `logits()`, by example index) and trained on
+    `distillation_loss`; held-out sets keep the gold loss fine-tuning reports."""
+
+    def with_teacher(batch: Batch) -> Batch:
+        rows = logits()[batch["index"].numpy()]
+        return {**batch, "teacher": torch.from_numpy(np.asarray(rows)), "labelled": batch["index"] < labelled}
+
+    def loss(model: RobertaModel, batch: Batch) -> dict:
+        if "teacher" not in batch:
+            return base.loss(model, batch)
+        student, gold, known = sentence_logits(task, model, batch), batch["labels"], batch["labelled"]
+        total = distillation_loss(
+            student, batch["teacher"].float(), gold, known, settings.temperature, settings.alpha
+        )
+        if task.regression:
+            return {"loss": total}
+        return {"loss": total, "correct": ((student.argmax(-1) == gold) & known).sum()}
+
+    return dataclasses.replace(
+        base, train_batches=lambda start: (with_teacher(b) for b in base.train_batches(start)), loss=loss
+    )
+
+
+def load_teacher(settings: Distillation, task: SentenceTask, tokenizer) -> RobertaModel:
+    """The teacher, refused unless it holds the student's tokenizer and the task's head (its kind,
+    outputs and, where it names them, labels)."""
+    from roberta.convert import load_any
+
+    source = settings.teacher
+    teacher, teacher_tokenizer = load_any(source)
+    if teacher_tokenizer is None or teacher_tokenizer.fingerprint() != tokenizer.fingerprint():
+        raise UserError(
+            f"{source}: the teacher's tokenizer is not the student's; distillation matches their outputs "
+            "example by example, so both must read the same ids"
+        )
+    spec = task.heads[task.name]
+    if task.name not in teacher.heads:
+        have = ", ".join(teacher.heads) or "none"
+        raise UserError(f"{source}: the teacher has no head {task.name!r} (its heads: {have})")
+    head = teacher.heads[task.name].spec()
+    labels = tuple(head.get("labels", ()))
+    if head["kind"] != spec["kind"] or head.get("num_classes") != spec["num_classes"]:
+        raise UserError(
+            f"{source}: the teacher's head {task.name!r} has {head.get('num_classes')} output(s), "
+            f"the task {spec['num_classes']}"
+        )
+    if labels and labels != task.labels:
+        raise UserError(
+            f"{source}: the teacher's head {task.name!r} was trained on the labels {', '.join(labels)}, "
+            f"this data has {', '.join(task.labels)}"
+        )
+    return teacher.eval()
+
+
+def fingerprint(model: RobertaModel) -> str:
+    """sha256 of the model's config and every weight: what decides its logits."""
+    digest = hashlib.sha256(repr(sorted(model.config.to_dict().items())).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def data_hash(token_ids: Sequence[Sequence[int]], head: str) -> str:
+    """sha256 of the examples the teacher reads (their ids, in order) and the head it reads them with."""
+    lengths = np.array([len(ids) for ids in token_ids], dtype=np.int64)
+    ids = np.fromiter((i for row in token_ids for i in row), dtype=np.int64, count=int(lengths.sum()))
+    digest = hashlib.sha256(head.encode())
+    digest.update(lengths.tobytes())
+    digest.update(ids.tobytes())
+    return digest.hexdigest()
+
+
+@torch.no_grad()
+def teacher_logits(
+    teacher: RobertaModel, head: str, token_ids: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> np.ndarray:
+    """The teacher's head outputs for every example, [N, outputs] float32, in example order."""
+    teacher.to(device)
+    out = None
+    for indices in sorted_batches([len(ids) for ids in token_ids], TEACHER_BATCH):
+        tokens = pad([token_ids[i] for i in indices], pad_id).to(device)
+        logits = teacher.classify(head, teacher(tokens, select="first").last_hidden_state).float().cpu()
+        if out is None:
+            out = np.empty((len(token_ids), logits.shape[-1]), dtype=np.float32)
+        out[indices] = logits.numpy()
+    teacher.to("cpu")
+    return out
+
+
+@dataclass
+class TeacherCache:
+    """The teacher's logits for the training then transfer examples, cached at --out. `prepare`
+    (on every rank, once the plan has passed) reads a cache made from the same teacher and data
+    or computes and writes a new one; `logits()` is then the memory-mapped array."""
+
+    teacher: RobertaModel | None
+    head: str
+    token_ids: list[list[int]]
+    pad_id: int
+    array: np.ndarray | None = None
+
+    def prepare(self, out: Path, placement: distributed.Placement) -> None:
+        if placement.is_main and self.teacher is not None:
+            want = {"teacher": fingerprint(self.teacher), "data": data_hash(self.token_ids, self.head)}
+            if not self._holds(out, want):
+                logits = teacher_logits(
+                    self.teacher, self.head, self.token_ids, self.pad_id, placement.device
+                )
+                out.mkdir(parents=True, exist_ok=True)
+                with atomic_write(out / LOGITS_FILE, "wb") as f:
+                    np.save(f, logits)
+                write_json(out / LOGITS_INFO, {**want, "examples": len(self.token_ids)})
+        distributed.barrier()
+        self.teacher = None  # its logits are all a run needs of it
+        self.array = np.load(out / LOGITS_FILE, mmap_mode="r")
+
+    def logits(self) -> np.ndarray:
+        return self.array
+
+    @staticmethod
+    def _holds(out: Path, want: dict) -> bool:
+        """Whether --out holds logits computed by this teacher from these examples (the JSON is
+        written after the array, so a cache whose writer was killed between them is recomputed)."""
+        if not (out / LOGITS_INFO).is_file() or not (out / LOGITS_FILE).is_file():
+            return False
+        info = read_json(out / LOGITS_INFO)
+        return all(info.get(key) == value for key, value in want.items())
+
+
+def plan_distillation(
+    task: SentenceTask,
+    train_examples: Sequence[Example],
+    train_path: str | Path,
+    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
+    transfer: Sequence[Example],
+    settings: Distillation,
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer,
+    source: str | Path,
+) -> Task:
+    """The student `model` (from `source`) distilled from `settings.teacher` on the labelled
+    examples and the unlabeled `transfer` ones, checked and encoded at a length both models hold;
+    RUN/best/ holds the best dev checkpoint, RUN/results.json the distillation's settings."""
+    teacher = load_teacher(settings, task, tokenizer)
+    cap = min(job.data.max_length, teacher.config.max_seq_len)
+    job = dataclasses.replace(job, data=dataclasses.replace(job.data, max_length=cap))
+    data = encode_sentences(task, train_examples, train_path, dev_sets, job, model, tokenizer, source)
+    placeholder = 0.0 if task.regression else 0  # a transfer example's gold label, weighted 0
+    transfer_ids = encode(tokenizer, transfer, data.max_length) if transfer else []
+    train = (data.train[0] + transfer_ids, data.train[1] + [placeholder] * len(transfer_ids))
+    cache = TeacherCache(teacher, task.name, train[0], tokenizer.pad_id)
+    labelled = len(train_examples)
+
+    def objective(member: JobConfig, rank: int, world: int) -> Objective:
+        base = classify_objective(task, train, data.dev, member, tokenizer.pad_id, rank, world)
+        return distilled_objective(base, task, cache.logits, labelled, settings)
+
+    return Task(
+        objective=objective,
+        max_length=data.max_length,
+        run_info={"task": task.name, "labels": list(task.labels), "distillation": settings.record()},
+        finish=functools.partial(record_distillation, settings=settings, transfer=len(transfer_ids)),
+        prepare=cache.prepare,
+        keep=TEACHER_LOGITS,
+    )
+
+
+def record_distillation(
+    run_dir: Path,
+    job: JobConfig,
+    result: TrainResult,
+    placement: distributed.Placement,
+    *,
+    settings: Distillation,
+    transfer: int,
+) -> None:
+    """After a run (a `Task.finish`): RUN/results.json with the teacher, T, alpha and the count of
+    transfer examples."""
+    if placement.is_main:
+        results = read_json(run_dir / RESULTS_FILE)
+        record = {**settings.record(), "transfer_examples": transfer}
+        write_json(run_dir / RESULTS_FILE, {**results, "distillation": record})
