@@ -188,3 +188,15 @@ def test_a_teacher_with_other_labels_is_refused(models, tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "run")]) == 2
     assert "trained on the labels no, yes, this data has neg, pos" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_student_head_that_does_not_fit_names_distills_own_remedy(models, sst16, tmp_path, capsys):
+    model, tok = checkpoint.load(models["student"])
+    model.add_classification_head("SST-2", 3)
+    student = checkpoint.save(tmp_path / "student", model, tok)
+    out = tmp_path / "run"
+    assert main(distill_glue(sst16, {**models, "student": student}, out)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"{student}: head 'SST-2' has 3 outputs but the task has 2" in lines[0], lines
+    assert "give a --student without this head" in lines[0] and "--init-task" not in lines[0]
+    assert not out.exists()

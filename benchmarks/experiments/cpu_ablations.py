@@ -154,10 +154,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated variant numbers (1-5) to run")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--random-init-from",
+        type=Path,
+        help="a probed run of the same shape and tokenizer whose random-init cells to reuse",
+    )
     args = parser.parse_args()
     args.config = args.config.resolve()
     chosen = {int(i) for i in args.only.split(",") if i} or set(range(1, len(VARIANTS) + 1))
-    results, baseline = [], None
+    results, baseline = [], args.random_init_from
     for number, (name, fields, paper) in enumerate(VARIANTS, 1):
         if number not in chosen:
             continue

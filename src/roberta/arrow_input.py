@@ -95,6 +95,19 @@ def record_batches(
             yield row, batch
 
 
+def count_rows(path: str | Path, columns: Sequence[str], strings: Sequence[str] = ()) -> int:
+    """The rows of a .parquet or .arrow file, its `columns` checked as `record_batches` checks them.
+    A Parquet file's count is in its footer; an IPC file's batches are memory-mapped, so counting
+    them reads their headers, not their text."""
+    path = Path(path)
+    with _reading(path):
+        if path.suffix.lower() == ".parquet":
+            parquet = pq.ParquetFile(path, memory_map=True)
+            _check_columns(path, parquet.schema_arrow, columns, strings)
+            return parquet.metadata.num_rows
+        return sum(batch.num_rows for _, batch in _ipc_batches(path, columns, strings, 0))
+
+
 def _parquet_batches(
     parquet: pq.ParquetFile, columns: Sequence[str], first_row: int
 ) -> Iterator[tuple[int, pa.RecordBatch]]:

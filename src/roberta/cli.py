@@ -257,10 +257,12 @@ def _pretrain(p: argparse.ArgumentParser) -> Handler:
     p.add_argument(
         "--scale", type=float, help="shrink batch, steps and warmup together (same as --train.scale)"
     )
+    _pretrain_distill_options(p)
     p.set_defaults(overrides=[])
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.pretrain import load_pretrain_job, pretrain
+        from roberta.tasks.pretrain_distill import parse_layers
         from roberta.train import distributed
 
         extra = [f"--train.scale={args.scale}"] if args.scale is not None else []
@@ -273,6 +275,8 @@ def _pretrain(p: argparse.ArgumentParser) -> Handler:
             resume=args.resume,
             overwrite=args.overwrite,
             init_from=args.init_from,
+            init_layers=parse_layers(args.init_layers) if args.init_layers else None,
+            distill=_pretrain_distillation(args),
         )
         if int(os.environ.get("RANK", "0")) == 0:
             figures = ", ".join(f"{k} {v:.4g}" for k, v in result.valid.items())
@@ -280,6 +284,48 @@ def _pretrain(p: argparse.ArgumentParser) -> Handler:
         distributed.shutdown()
 
     return run
+
+
+def _pretrain_distill_options(p: argparse.ArgumentParser) -> None:
+    """`pretrain --teacher`: DistilBERT's distillation terms beside the masked-LM loss, and its
+    student made of some of the teacher's layers."""
+    from roberta.tasks.pretrain_distill import COSINE_WEIGHT, SOFT_WEIGHT
+
+    p.add_argument(
+        "--init-layers",
+        metavar="I,J",
+        help="keep only these layers of --init-from (0-based, e.g. 0,2: DistilBERT's every other layer)",
+    )
+    p.add_argument(
+        "--teacher", help="distil from this checkpoint (same tokenizer): its soft masked-LM targets"
+    )
+    p.add_argument("--temperature", type=float, help="softmax temperature of the soft targets (default 2)")
+    p.add_argument(
+        "--soft-weight",
+        type=float,
+        help=f"weight of the soft-target loss, the masked-LM loss's being 1 (default {SOFT_WEIGHT})",
+    )
+    p.add_argument(
+        "--cosine-weight",
+        type=float,
+        help=f"weight of the cosine loss between last hidden states (default {COSINE_WEIGHT} where the "
+        "teacher's width is the student's, else 0)",
+    )
+
+
+def _pretrain_distillation(args: argparse.Namespace):
+    """`--teacher` and its weights as a PretrainDistillation; None without a teacher."""
+    from roberta.tasks.pretrain_distill import PretrainDistillation
+
+    weights = {
+        "temperature": args.temperature,
+        "soft_weight": args.soft_weight,
+        "cosine_weight": args.cosine_weight,
+    }
+    given = {k: v for k, v in weights.items() if v is not None}
+    if given and not args.teacher:
+        raise UserError("--temperature, --soft-weight and --cosine-weight need --teacher")
+    return PretrainDistillation(args.teacher, **given) if args.teacher else None
 
 
 def _load_hub(args: argparse.Namespace):
@@ -346,17 +392,23 @@ def _fill_mask(p: argparse.ArgumentParser) -> Handler:
 
 
 def _embed(p: argparse.ArgumentParser) -> Handler:
-    """one vector per line of a text file, into a .npy file
+    """one vector per line of a text file (or row of a Parquet/Arrow file), into a .npy file
 
-    Embeds each line of --input (row k of --out is line k+1) with the chosen layer and pooling.
+    Embeds each line of --input (row k of --out is line k+1) with the chosen layer and pooling; a
+    .parquet or .arrow file gives one vector per row, of the column --columns names (default text).
     Lines are read in chunks and sorted by length within a chunk, so files larger than memory stream
     through; --out is written under a temporary name and renamed when complete.
     """
     _hub_options(p)
     _line_file_options(
         p,
-        input_help="UTF-8 text file, one text per line",
+        input_help="UTF-8 text file, one text per line, or a .parquet / .arrow file",
         out_help=".npy file to write (float32, [lines, hidden])",
+    )
+    p.add_argument(
+        "--columns",
+        metavar="NAME",
+        help="the text column of a .parquet / .arrow --input, by name (default text)",
     )
     p.add_argument(
         "--layer", type=int, default=-1, help="0 = embeddings, 1..L = layers, -1 = last (default -1)"
@@ -368,15 +420,16 @@ def _embed(p: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import embed_file
 
-        _run_line_file(args, embed_file, "vectors", layer=args.layer, pool=args.pool)
+        _run_line_file(args, embed_file, "vectors", layer=args.layer, pool=args.pool, columns=args.columns)
 
     return run
 
 
 def _predict(p: argparse.ArgumentParser) -> Handler:
-    """classify each row of a TSV file with a checkpoint's classification head
+    """classify each row of a TSV, Parquet or Arrow file with a checkpoint's classification head
 
-    Runs the classification head --head on the text (or text pair) of each row of --input. --out
+    Runs the classification head --head on the text (or text pair) of each row of --input: a TSV
+    file, or a .parquet / .arrow file whose text column(s) --columns names (default text). --out
     gets a header and per row the predicted label index and each class's probability (a one-output
     regression head: its score); written under a temporary name, then renamed.
     """
@@ -389,12 +442,17 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
         "file (index, label name; a score for STS-B) with the head named T, which must have T's "
         "number of outputs (no --head, --columns or --header with it)",
     )
-    _line_file_options(p, input_help="TSV file (tab-separated, no quoting)", out_help="TSV file to write")
+    _line_file_options(
+        p,
+        input_help="TSV file (tab-separated, no quoting), or a .parquet / .arrow file",
+        out_help="TSV file to write",
+    )
     # No default: with --task a --columns given is refused, not ignored.
     p.add_argument(
         "--columns",
         help="text column, or two for a pair: 0-based indices or header names, e.g. 0 or 1,2 or "
-        "sentence1,sentence2 (names imply --header; default 0)",
+        "sentence1,sentence2 (names imply --header; default 0). A .parquet / .arrow file's columns "
+        "are picked by name only (default text)",
     )
     p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
 
@@ -406,8 +464,9 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
             return
         if not args.head:
             raise UserError("predict: give --head (or --task for a GLUE test file)")
-        columns = "0" if args.columns is None else args.columns
-        _run_line_file(args, predict_file, "predictions", head=args.head, columns=columns, header=args.header)
+        _run_line_file(
+            args, predict_file, "predictions", head=args.head, columns=args.columns, header=args.header
+        )
 
     return run
 

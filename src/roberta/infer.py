@@ -1,15 +1,17 @@
 """Inference over files, for the `embed` and `predict` verbs: inputs streamed in chunks of lines.
 
-Each chunk is encoded, sorted by length inside the hub, run, and written in input order, so a
-file larger than memory goes through in bounded space. Outputs are written under a temporary
-name and renamed into place only when complete. With `int8`, the hub is quantized once the
-first chunk is encoded, after its first batch has run in fp32, so the agreement line printed
-to stderr is measured on the input itself.
+Text files and TSV are read a chunk of lines at a time; .parquet and .arrow files a chunk of rows of
+the named columns (`roberta.arrow_input`). Both go through the same loop, so the same texts give
+the same output whichever file held them. Each chunk is encoded, sorted by length inside the hub,
+run, and written in input order, so a file larger than memory goes through in bounded space.
+Outputs are written under a temporary name and renamed into place only when complete. With `int8`,
+the hub is quantized once the first chunk is encoded, after its first batch has run in fp32, so the
+agreement line printed to stderr is measured on the input itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -17,12 +19,16 @@ import numpy as np
 from numpy.lib.format import open_memmap
 from tqdm import tqdm
 
+from roberta.arrow_input import count_rows, is_records, record_batches
 from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
 from roberta.int8 import quantize_for_embed, quantize_for_predict
 from roberta.io import atomic_write, make_parent, open_input, publish, temporary_path
 
 CHUNK_LINES = 8192
+
+# A chunk as the verbs run it: (1-based number of its first line or row, texts, pair texts or None).
+TextChunk = tuple[int, list[str], list[str] | None]
 
 
 def count_lines(path: Path) -> int:
@@ -82,16 +88,18 @@ def embed_file(
     chunk_lines: int = CHUNK_LINES,
     progress: bool = True,
     int8: bool = False,
+    columns: str | None = None,
 ) -> int:
-    """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1.
+    """One float32 vector per line of `input` into the .npy file `out`, row k for line k+1; for a
+    .parquet or .arrow file, one per row, of the column named `columns` (default `text`).
 
     `int8`: quantize the hub (`Roberta.quantize`) and print the cosines of int8 and fp32 vectors
     on the input's first batch."""
     input, out = Path(input), Path(out)
     roberta.check_embed(layer, pool)  # before the input is read and the bar drawn
-    total = count_lines(input)
+    total, chunks = _embed_texts(input, columns, chunk_lines)
     if total == 0:
-        raise UserError(f"{input}: no lines to embed")
+        raise UserError(f"{input}: no {'rows' if is_records(input) else 'lines'} to embed")
     make_parent(out)
     tmp = temporary_path(out)
     try:
@@ -99,8 +107,9 @@ def embed_file(
         vectors = open_memmap(
             tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size)
         )
-        with _Progress(total, "line", "embed", progress) as bar:
-            for first, lines in read_chunks(input, chunk_lines):
+        unit = "row" if is_records(input) else "line"
+        with _Progress(total, unit, "embed", progress) as bar:
+            for first, lines, _ in chunks:
                 if first - 1 + len(lines) > total:
                     raise UserError(f"{input}: the file grew while it was read")
                 ids = _encode(roberta, lines, None, input, first, truncate)
@@ -119,13 +128,62 @@ def embed_file(
     return total
 
 
+def _embed_texts(path: Path, columns: str | None, chunk_lines: int) -> tuple[int, Iterator[TextChunk]]:
+    """How many texts `embed` reads from `path`, and their chunks."""
+    if is_records(path):
+        names = column_names(columns, most=1)
+        return count_rows(path, names, names), _record_chunks(path, names, chunk_lines)
+    if columns is not None:
+        raise UserError(
+            f"--columns {columns!r}: names a column of a .parquet or .arrow file; {path} is read as "
+            "one text per line"
+        )
+    return count_lines(path), ((first, lines, None) for first, lines in read_chunks(path, chunk_lines))
+
+
+def _record_chunks(path: Path, names: Sequence[str], chunk_rows: int = CHUNK_LINES) -> Iterator[TextChunk]:
+    """Chunks of `chunk_rows` rows of a .parquet or .arrow file: the text column `names[0]`, and
+    `names[1]` as the pair's second text."""
+    buffered: list[list[str]] = [[] for _ in names]
+    first = 1
+    # Unique names: `record_batches` selects each column once; `text,text` pairs a text with itself.
+    for _, batch in record_batches(path, list(dict.fromkeys(names)), strings=names):
+        # Sliced first, so an IPC batch of millions of rows is never turned into Python strings whole.
+        for start in range(0, batch.num_rows, chunk_rows):
+            piece = batch.slice(start, chunk_rows)
+            for texts, name in zip(buffered, names):
+                texts.extend(piece.column(name).to_pylist())
+            if len(buffered[0]) >= chunk_rows:
+                yield first, buffered[0][:chunk_rows], _pairs([t[:chunk_rows] for t in buffered])
+                first += chunk_rows
+                buffered = [texts[chunk_rows:] for texts in buffered]
+    if buffered[0]:
+        yield first, buffered[0], _pairs(buffered)
+
+
+def _pairs(columns: list[list[str]]) -> list[str] | None:
+    return columns[1] if len(columns) == 2 else None
+
+
+def column_names(spec: str | None, most: int) -> list[str]:
+    """--columns for a .parquet or .arrow file: up to `most` column names, comma-separated; `text`
+    when not given. Names only: a column called `0` (pandas names unnamed columns so) is a name."""
+    names = ["text"] if spec is None else [c.strip() for c in spec.split(",")]
+    if not 1 <= len(names) <= most or "" in names:
+        wanted = "one column name" if most == 1 else "one or two column names, comma-separated"
+        raise UserError(f"--columns {spec!r}: give {wanted}")
+    return names
+
+
 def _encode(
     roberta: Roberta, texts: list[str], pairs: list[str] | None, path: Path, first: int, truncate: bool
 ):
     try:
         return roberta.encode_batch(texts, pairs, truncate=truncate)
     except TooLongError as e:
-        raise UserError(f"{path}:{first + e.index}: {e}") from None
+        # Rows are numbered as `roberta.arrow_input` numbers them, lines as compilers do.
+        where = f"{path}: row {first + e.index}" if is_records(path) else f"{path}:{first + e.index}"
+        raise UserError(f"{where}: {e}") from None
 
 
 def parse_columns(spec: str) -> list[int | str]:
@@ -143,7 +201,7 @@ def predict_file(
     head: str,
     input: str | Path,
     out: str | Path,
-    columns: str = "0",
+    columns: str | None = None,
     header: bool = False,
     truncate: bool = False,
     chunk_lines: int = CHUNK_LINES,
@@ -151,6 +209,8 @@ def predict_file(
     int8: bool = False,
 ) -> int:
     """Classify each row of the TSV `input` (text in one column, or a pair in two) with `head`.
+    `columns` as `parse_columns` reads it, default column 0; for a .parquet or .arrow file, one or
+    two column names (`column_names`), default `text`.
 
     `out` gets a header and one row per input row: the predicted label (its name if the head
     carries label names, else its index) and each class's probability, or for a one-output
@@ -159,24 +219,13 @@ def predict_file(
     """
     input, out = Path(input), Path(out)
     labels = roberta.head(head, "classification").labels
-    wanted = parse_columns(columns)
-    named = any(isinstance(c, str) for c in wanted)
-    total = count_lines(input) - (header or named)
+    total, chunks = _predict_texts(input, columns, header, chunk_lines)
     if total <= 0:
         raise UserError(f"{input}: no rows to predict")
     make_parent(out)
     with atomic_write(out) as sink, _Progress(total, "row", "predict", progress) as bar:
-        indices: list[int] | None = None if named or header else list(wanted)
         wrote_header = False
-        for first, lines in read_chunks(input, chunk_lines):
-            if indices is None:
-                indices = _header_indices(lines[0].split("\t"), wanted, input)
-                first, lines = first + 1, lines[1:]
-                if not lines:
-                    continue
-            fields = [_fields(line, indices, input, first + k) for k, line in enumerate(lines)]
-            texts = [f[0] for f in fields]
-            pairs = [f[1] for f in fields] if len(indices) == 2 else None
+        for first, texts, pairs in chunks:
             ids = _encode(roberta, texts, pairs, input, first, truncate)
             if int8 and not wrote_header:
                 quantize_for_predict(roberta, head, ids)
@@ -191,8 +240,35 @@ def predict_file(
                 )
                 wrote_header = True
             sink.writelines(_prediction_row(row, labels) for row in logits)
-            bar.update(len(lines))
+            bar.update(len(texts))
     return total
+
+
+def _predict_texts(
+    path: Path, columns: str | None, header: bool, chunk_lines: int
+) -> tuple[int, Iterator[TextChunk]]:
+    """How many rows `predict` reads from `path`, and their chunks."""
+    if is_records(path):
+        if header:
+            raise UserError(f"--header: {path} names its columns itself; pick them with --columns")
+        names = column_names(columns, most=2)
+        return count_rows(path, names, names), _record_chunks(path, names, chunk_lines)
+    wanted = parse_columns("0" if columns is None else columns)
+    named = any(isinstance(c, str) for c in wanted)
+    return count_lines(path) - (header or named), _tsv_chunks(path, wanted, named or header, chunk_lines)
+
+
+def _tsv_chunks(path: Path, wanted: list[int | str], header: bool, chunk_lines: int) -> Iterator[TextChunk]:
+    """Chunks of the TSV's text column(s), after its header line if it has one."""
+    indices: list[int] | None = None if header else list(wanted)
+    for first, lines in read_chunks(path, chunk_lines):
+        if indices is None:
+            indices = _header_indices(lines[0].split("\t"), wanted, path)
+            first, lines = first + 1, lines[1:]
+            if not lines:
+                continue
+        fields = [_fields(line, indices, path, first + k) for k, line in enumerate(lines)]
+        yield first, [f[0] for f in fields], [f[1] for f in fields] if len(indices) == 2 else None
 
 
 def _header_indices(names: list[str], wanted: list[int | str], path: Path) -> list[int]:

@@ -38,7 +38,7 @@ from roberta.tasks.classify import (
     encode_sentences,
     sentence_logits,
 )
-from roberta.tasks.finetune import Task
+from roberta.tasks.finetune import Task, check_head
 from roberta.train import distributed
 from roberta.train.config import JobConfig
 from roberta.train.run_state import RESULTS_FILE, TEACHER_LOGITS
@@ -46,6 +46,11 @@ from roberta.train.trainer import Batch, Objective, TrainResult
 
 LOGITS_FILE, LOGITS_INFO = TEACHER_LOGITS
 TEACHER_BATCH = 64  # examples per teacher forward while caching its logits
+# distill has no --init-task: the student starts from --student with its heads, so the remedy is there.
+STUDENT_HEAD_HINT = (
+    "distill trains the student's heads as --student holds them: give a --student without this head "
+    "(the pretrained checkpoint it was made from, say) or with one that fits the task"
+)
 
 
 @dataclass(frozen=True)
@@ -76,20 +81,25 @@ def distillation_loss(
 ) -> torch.Tensor:
     """The batch's summed loss: alpha * soft + (1 - alpha) * hard on labelled examples, soft alone
     on transfer examples (`labelled` False, their `gold` a placeholder). For classes (logits
-    [B, C]) soft is T² KL(softmax(teacher/T) || softmax(student/T)), scaled by T² so its gradients
-    keep their size as T changes (Hinton et al.), and hard the cross-entropy to gold; for
+    [B, C]) soft is `soft_kl` and hard the cross-entropy to gold; for
     regression (one output) soft is the squared error to the teacher's score, hard to gold."""
     if student.shape[-1] == 1:
         soft = (student - teacher).squeeze(-1) ** 2
         hard = (student.squeeze(-1) - gold) ** 2
     else:
-        log_p = F.log_softmax(student / temperature, dim=-1)
-        log_q = F.log_softmax(teacher / temperature, dim=-1)
-        soft = temperature**2 * F.kl_div(log_p, log_q, reduction="none", log_target=True).sum(-1)
+        soft = soft_kl(student, teacher, temperature)
         hard = F.cross_entropy(student, gold, reduction="none")
     soft_weight = torch.where(labelled, alpha, 1.0)
     hard_weight = torch.where(labelled, 1.0 - alpha, 0.0)
     return (soft_weight * soft + hard_weight * hard).sum()
+
+
+def soft_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Per row of logits [N, C]: T² KL(softmax(teacher/T) || softmax(student/T)), scaled by T² so
+    its gradients keep their size as T changes (Hinton et al. 2015)."""
+    log_p = F.log_softmax(student / temperature, dim=-1)
+    log_q = F.log_softmax(teacher / temperature, dim=-1)
+    return temperature**2 * F.kl_div(log_p, log_q, reduction="none", log_target=True).sum(-1)
 
 
 def distilled_objective(
@@ -245,6 +255,8 @@ def plan_distillation(
     """The student `model` (from `source`) distilled from `settings.teacher` on the labelled
     examples and the unlabeled `transfer` ones, checked and encoded at a length both models hold;
     RUN/best/ holds the best dev checkpoint, RUN/results.json the distillation's settings."""
+    for name, spec in task.heads.items():  # before the teacher's minutes of loading
+        check_head(model, name, spec, source, STUDENT_HEAD_HINT)
     teacher = load_teacher(settings, task, tokenizer)
     cap = min(job.data.max_length, teacher.config.max_seq_len)
     job = dataclasses.replace(job, data=dataclasses.replace(job.data, max_length=cap))

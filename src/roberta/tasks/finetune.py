@@ -169,30 +169,35 @@ class Start:
         return with_model_section(model, job.model, self.source), tokenizer
 
 
-def check_head(model: RobertaModel, name: str, spec: dict, source: str | Path) -> None:
+# What a refused head's message tells the user to do; a verb without --init-task passes its own.
+NEW_HEAD_HINT = "start a new head with --init-task"
+
+
+def check_head(
+    model: RobertaModel, name: str, spec: dict, source: str | Path, hint: str | None = None
+) -> None:
     """A head already in the starting checkpoint must fit the task (`spec`: its kind, outputs
     and, for classes, labels); a new one is added later (`attach_heads`). A head without label
     names takes the task's; one whose label names differ is refused, since its outputs mean other
-    classes."""
+    classes. A refusal ends with `hint`, by default fine-tuning's advice."""
     if name not in model.heads:
         return
     have = model.heads[name].spec()
     if have["kind"] != spec["kind"]:
         raise UserError(
             f"{source}: head {name!r} is a {have['kind']} head but the task needs a {spec['kind']} head; "
-            "start a new head with --init-task"
+            f"{hint or NEW_HEAD_HINT}"
         )
     if have.get("num_classes") != spec.get("num_classes"):
         raise UserError(
             f"{source}: head {name!r} has {have.get('num_classes')} outputs but the task has "
-            f"{spec.get('num_classes')}; "
-            "start a new head with --init-task"
+            f"{spec.get('num_classes')}; {hint or NEW_HEAD_HINT}"
         )
     labels, wanted = have.get("labels", []), list(spec.get("labels", ()))
     if labels and wanted and labels != wanted:
         raise UserError(
             f"{source}: head {name!r} was trained on the labels {', '.join(labels)} but this data has "
-            f"{', '.join(wanted)}; start a new head with --init-task (or name another head)"
+            f"{', '.join(wanted)}; {hint or NEW_HEAD_HINT + ' (or name another head)'}"
         )
 
 

@@ -28,11 +28,13 @@ from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.data.packing import FORMATS, PAIR_FORMATS
 from roberta.errors import UserError
+from roberta.io import read_json
 from roberta.model import RobertaModel
+from roberta.tasks.pretrain_distill import PretrainDistillation, Teacher, keep_layers, load_teacher
 from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, load_job_config, scaled
 from roberta.train.metrics import training_flops_per_token
-from roberta.train.trainer import Batch, Objective, TrainResult, batch_plan, plan_run, train
+from roberta.train.trainer import JOB_FILE, Batch, Objective, TrainResult, batch_plan, plan_run, train
 from roberta.validation import check_fields
 
 
@@ -83,7 +85,11 @@ def mlm_objective(
     nsp: bool = False,
     last_layer_masked_only: bool = True,
     unpad: bool = True,
+    teacher: Teacher | None = None,
 ) -> Objective:
+    """The masked-LM objective (+ NSP); with a `teacher`, its distillation terms beside it
+    (`roberta.tasks.pretrain_distill`)."""
+
     def add_heads(model: RobertaModel) -> None:
         if nsp and NSP_HEAD not in model.heads:
             model.add_classification_head(NSP_HEAD, 2)
@@ -92,6 +98,10 @@ def mlm_objective(
         found = {"mlm": int(batch["labels"].ne(IGNORE_INDEX).sum())}
         if nsp:
             found["nsp"] = int(batch[NSP_LABELS].numel())
+        if teacher is not None:
+            found["soft"] = found["mlm"]
+            if teacher.needs_all_positions:
+                found["cosine"] = int(batch["tokens"].ne(padding_idx).sum())
         return found
 
     def tokens(batch: Batch) -> int:
@@ -103,16 +113,11 @@ def mlm_objective(
         train_batches=train_batches,
         eval_sets={"valid": eval_batches},
         counts=counts,
-        loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only, unpad),
+        loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only, unpad, teacher),
         metrics=mlm_metrics,
         tokens=tokens,
-        # The LM head (and the last layer, unless switched off) runs on the masked positions only:
-        # count it there.
-        flops_per_token=lambda config: training_flops_per_token(
-            config,
-            seq_len,
-            head_tokens=mask_prob,
-            last_layer_tokens=mask_prob if last_layer_masked_only and not nsp else 1.0,
+        flops_per_token=lambda config: _flops_per_token(
+            config, seq_len, mask_prob, last_layer_masked_only and not nsp, teacher
         ),
         # No RUN/best by default: a pretraining checkpoint is large and the last one is what is
         # used; --train.best_metric=loss keeps the lowest held-out loss as well.
@@ -120,13 +125,34 @@ def mlm_objective(
     )
 
 
+def _flops_per_token(
+    config, seq_len: int, mask_prob: float, masked_only: bool, teacher: Teacher | None
+) -> float:
+    # The LM head (and the last layer, unless switched off) runs on the masked positions only:
+    # count it there. A teacher adds its forward pass, a third of what training it would cost.
+    masked_only = masked_only and not (teacher and teacher.needs_all_positions)
+    last = mask_prob if masked_only else 1.0
+    flops = training_flops_per_token(config, seq_len, head_tokens=mask_prob, last_layer_tokens=last)
+    if teacher is not None:
+        flops += training_flops_per_token(teacher.model.config, seq_len, mask_prob, last) / 3
+    return flops
+
+
 def mlm_loss(
-    model: RobertaModel, batch: Batch, nsp: bool, last_layer_masked_only: bool = True, unpad: bool = True
+    model: RobertaModel,
+    batch: Batch,
+    nsp: bool,
+    last_layer_masked_only: bool = True,
+    unpad: bool = True,
+    teacher: Teacher | None = None,
 ) -> dict[str, torch.Tensor]:
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
     targets = labels[selected]
-    if last_layer_masked_only and not nsp:  # (NSP reads `<s>` as well)
+    distilling = teacher is not None and model.training  # held-out figures are the student's own
+    # (NSP reads `<s>` as well, the cosine term every position.)
+    if last_layer_masked_only and not nsp and not (distilling and teacher.needs_all_positions):
+        hidden = None
         logits = model.lm_logits(
             model(batch["tokens"], select=selected, unpad=unpad).last_hidden_state
         ).float()
@@ -143,6 +169,8 @@ def mlm_loss(
         nsp_logits = model.classify(NSP_HEAD, hidden).float()
         out["nsp"] = F.cross_entropy(nsp_logits, batch[NSP_LABELS], reduction="sum")
         out["nsp_correct"] = (nsp_logits.argmax(-1) == batch[NSP_LABELS]).sum()
+    if distilling:
+        out.update(teacher.terms(batch["tokens"], selected, hidden, logits, unpad))
     return out
 
 
@@ -154,6 +182,9 @@ def mlm_metrics(sums: dict[str, float], examples: dict | None = None) -> dict[st
     if "nsp" in sums:
         m = max(sums["nsp_count"], 1.0)
         figures.update(nsp_loss=sums["nsp"] / m, nsp_accuracy=sums["nsp_correct"] / m)
+    for term in ("soft", "cosine"):  # distillation's, weighted, in training windows only
+        if term in sums:
+            figures[f"{term}_loss"] = sums[term] / max(sums[f"{term}_count"], 1.0)
     return figures
 
 
@@ -185,6 +216,8 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     init_from: str | Path | None = None,
+    init_layers: list[int] | None = None,
+    distill: PretrainDistillation | None = None,
 ) -> TrainResult:
     """Pretrain from scratch (or from `init_from`: ours, HF or fairseq) on the corpus at `data`.
 
@@ -194,6 +227,9 @@ def pretrain(
 
     `out` follows the run-directory rule (`run_state.directory_modes`): a used directory needs
     `resume` (continue: a finished run goes on if `train.max_steps` grew) or `overwrite`.
+
+    `init_layers` keeps only those layers of `init_from`; `distill` adds a teacher's terms to the
+    loss (`roberta.tasks.pretrain_distill`). A resumed run must name the teacher it started with.
     """
     out = Path(out)
     placement = distributed.setup(job.train.device)
@@ -209,25 +245,63 @@ def pretrain(
             stacklevel=2,
         )
     torch.manual_seed(job.train.seed)  # every rank builds the same initial weights
-    model = _initial_model(job, corpus, data, init_from)
-    objective = _objective(job, data, corpus, placement)
-    objective.add_heads(model)
+    model = _initial_model(job, corpus, data, init_from, init_layers)
     resumed = run_state.resumes(mode)
+    teacher = _teacher(distill, model, data, out if resumed else None, placement.device)
+    objective = _objective(job, data, corpus, placement, teacher)
+    objective.add_heads(model)
     plan = plan_run(
         model, objective, job, out, world_size=placement.world_size, resume=resumed, tokenizer=tok
     )
     if placement.is_main and (overwrite or mode == "restart"):  # everything checked: the old run may go
         run_state.clear_directory(out)
     distributed.barrier()
-    run_info = {"data": str(data), "init_from": str(init_from) if init_from else None}
+    run_info = {
+        "data": str(data),
+        "init_from": str(init_from) if init_from else None,
+        "init_layers": init_layers,
+        "distill": distill.record() if distill else None,
+    }
     return train(model, objective, job, out, tokenizer=tok, placement=placement, run_info=run_info, plan=plan)
 
 
+def _teacher(
+    distill: PretrainDistillation | None,
+    model: RobertaModel,
+    data: str | Path,
+    resumed: Path | None,
+    device: torch.device,
+) -> Teacher | None:
+    """The loaded teacher (None without `distill`), on `device`. A run `resumed` goes on with the
+    objective it was started with."""
+    if resumed is not None:
+        job_file = resumed / JOB_FILE
+        recorded = read_json(job_file).get("distill") if job_file.is_file() else None
+        given = distill.record() if distill else None
+        if recorded != given:
+            raise UserError(
+                f"{job_file}: field 'distill' is {recorded}, but this command gives {given}: resume "
+                "with the teacher and settings the run started with"
+            )
+    if distill is None:
+        return None
+    teacher = load_teacher(distill, model, lambda tok, what: check_tokenizer(data, tok, what=what))
+    teacher.model.to(device)
+    return teacher
+
+
 def _initial_model(
-    job: JobConfig, corpus: Corpus, data: str | Path, init_from: str | Path | None
+    job: JobConfig,
+    corpus: Corpus,
+    data: str | Path,
+    init_from: str | Path | None,
+    init_layers: list[int] | None = None,
 ) -> RobertaModel:
-    """A model of the job's shape, or `init_from` (ours, HF or fairseq), for the corpus's vocabulary."""
+    """A model of the job's shape, or `init_from` (ours, HF or fairseq; only `init_layers` of it,
+    if given), for the corpus's vocabulary."""
     specials = corpus.specials
+    if init_layers is not None and init_from is None:
+        raise UserError("--init-layers picks layers of --init-from: give --init-from too")
     if init_from is not None:
         from roberta.checkpoint import mark_without_lm_head
         from roberta.convert import load_any
@@ -241,6 +315,8 @@ def _initial_model(
                 f"{model.config.padding_idx}), the corpus {specials.vocab_size} (padding id "
                 f"{specials.pad_id})"
             )
+        if init_layers is not None:
+            model = keep_layers(model, init_layers, init_from)
         # A body imported without a masked-LM head starts one here from its seeded weights, and trains it.
         model = mark_without_lm_head(model, None).train()
     else:
@@ -257,7 +333,11 @@ def _initial_model(
 
 
 def _objective(
-    job: JobConfig, data: str | Path, corpus: Corpus, placement: distributed.Placement
+    job: JobConfig,
+    data: str | Path,
+    corpus: Corpus,
+    placement: distributed.Placement,
+    teacher: Teacher | None = None,
 ) -> Objective:
     """The masked-LM objective (+ NSP for pair formats) over this rank's share of the corpus."""
     micro_batch_size, _ = batch_plan(job, placement.world_size)
@@ -293,6 +373,7 @@ def _objective(
         nsp=job.data.format in PAIR_FORMATS,
         last_layer_masked_only=job.model.last_layer_masked_only,
         unpad=job.model.unpad,
+        teacher=teacher,
     )
 
 
