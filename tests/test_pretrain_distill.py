@@ -134,3 +134,15 @@ def test_a_resume_with_another_teacher_setting_is_refused(micro_corpus, teacher_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "field 'distill'" in err[0], err
     assert (run / "job.json").read_text() == before
+
+
+def test_the_help_states_the_defaults_the_code_uses(capsys):
+    """The CLI writes the weights out (its parser imports no torch): they must stay the code's."""
+    from roberta.cli import main
+    from roberta.tasks.pretrain_distill import COSINE_WEIGHT, SOFT_WEIGHT, PretrainDistillation
+
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {SOFT_WEIGHT})" in text and f"(default {COSINE_WEIGHT} where" in text
+    assert f"(default {PretrainDistillation('x').temperature:g})" in text

@@ -289,8 +289,7 @@ def _pretrain(p: argparse.ArgumentParser) -> Handler:
 def _pretrain_distill_options(p: argparse.ArgumentParser) -> None:
     """`pretrain --teacher`: DistilBERT's distillation terms beside the masked-LM loss, and its
     student made of some of the teacher's layers."""
-    from roberta.tasks.pretrain_distill import COSINE_WEIGHT, SOFT_WEIGHT
-
+    # The defaults are PretrainDistillation's, written out: building the parser imports no torch.
     p.add_argument(
         "--init-layers",
         metavar="I,J",
@@ -303,12 +302,12 @@ def _pretrain_distill_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--soft-weight",
         type=float,
-        help=f"weight of the soft-target loss, the masked-LM loss's being 1 (default {SOFT_WEIGHT})",
+        help="weight of the soft-target loss, the masked-LM loss's being 1 (default 2.5)",
     )
     p.add_argument(
         "--cosine-weight",
         type=float,
-        help=f"weight of the cosine loss between last hidden states (default {COSINE_WEIGHT} where the "
+        help="weight of the cosine loss between last hidden states (default 0.5 where the "
         "teacher's width is the student's, else 0)",
     )
 
