@@ -125,9 +125,7 @@ def speed(teacher: Path, student: Path, sentences: list[str], rounds: int) -> di
     """Sentences per second of each model's `predict` over `sentences`, alternating, `rounds` each."""
     import roberta
 
-    models = {"teacher": roberta.load(teacher), "student": roberta.load(student)}
-    for hub in models.values():
-        hub.eval()
+    models = {"teacher": roberta.load(teacher), "student": roberta.load(student)}  # in eval mode
     rates: dict[str, list[float]] = {name: [] for name in models}
     for _ in range(rounds + 1):  # the first round warms up and is dropped
         for name, hub in models.items():
@@ -139,20 +137,19 @@ def speed(teacher: Path, student: Path, sentences: list[str], rounds: int) -> di
     return {name: values[1:] for name, values in rates.items()}
 
 
+def _cell(values: list[float]) -> str:
+    """The median of the seeds' scores, their range beside it when there are several."""
+    if not values:
+        return "—"
+    median = f"{statistics.median(values):.1f}"
+    return median if len(values) == 1 else f"{median} ({min(values):.1f}–{max(values):.1f})"
+
+
 def report(found: dict[str, dict[str, list[float]]], rates: dict[str, list[float]], args) -> str:
     names = ["teacher", "gold", "distilled", "distilled+transfer"]
     lines = ["| task | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for task, by_name in found.items():
-        cells = []
-        for name in names:
-            values = by_name.get(name)
-            cells.append(
-                "—"
-                if not values
-                else f"{statistics.median(values):.1f} ({min(values):.1f}–{max(values):.1f})"
-                if len(values) > 1
-                else f"{values[0]:.1f}"
-            )
+        cells = [_cell(by_name.get(name, [])) for name in names]
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     t, s = statistics.median(rates["teacher"]), statistics.median(rates["student"])
     lines += [

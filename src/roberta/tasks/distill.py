@@ -185,14 +185,18 @@ def data_hash(token_ids: Sequence[Sequence[int]], head: str) -> str:
 
 @torch.no_grad()
 def teacher_logits(
-    teacher: RobertaModel, head: str, token_ids: Sequence[Sequence[int]], pad_id: int, device: torch.device
+    teacher: RobertaModel,
+    task: SentenceTask,
+    token_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
 ) -> np.ndarray:
     """The teacher's head outputs for every example, [N, outputs] float32, in example order."""
     teacher.to(device)
     out = None
     for indices in sorted_batches([len(ids) for ids in token_ids], TEACHER_BATCH):
         tokens = pad([token_ids[i] for i in indices], pad_id).to(device)
-        logits = teacher.classify(head, teacher(tokens, select="first").last_hidden_state).float().cpu()
+        logits = sentence_logits(task, teacher, {"tokens": tokens}).cpu()
         if out is None:
             out = np.empty((len(token_ids), logits.shape[-1]), dtype=np.float32)
         out[indices] = logits.numpy()
@@ -207,17 +211,17 @@ class TeacherCache:
     or computes and writes a new one; `logits()` is then the memory-mapped array."""
 
     teacher: RobertaModel | None
-    head: str
+    task: SentenceTask
     token_ids: list[list[int]]
     pad_id: int
     array: np.ndarray | None = None
 
     def prepare(self, out: Path, placement: distributed.Placement) -> None:
         if placement.is_main and self.teacher is not None:
-            want = {"teacher": fingerprint(self.teacher), "data": data_hash(self.token_ids, self.head)}
+            want = {"teacher": fingerprint(self.teacher), "data": data_hash(self.token_ids, self.task.name)}
             if not self._holds(out, want):
                 logits = teacher_logits(
-                    self.teacher, self.head, self.token_ids, self.pad_id, placement.device
+                    self.teacher, self.task, self.token_ids, self.pad_id, placement.device
                 )
                 out.mkdir(parents=True, exist_ok=True)
                 with atomic_write(out / LOGITS_FILE, "wb") as f:
@@ -264,7 +268,7 @@ def plan_distillation(
     placeholder = 0.0 if task.regression else 0  # a transfer example's gold label, weighted 0
     transfer_ids = encode(tokenizer, transfer, data.max_length) if transfer else []
     train = (data.train[0] + transfer_ids, data.train[1] + [placeholder] * len(transfer_ids))
-    cache = TeacherCache(teacher, task.name, train[0], tokenizer.pad_id)
+    cache = TeacherCache(teacher, task, train[0], tokenizer.pad_id)
     labelled = len(train_examples)
 
     def objective(member: JobConfig, rank: int, world: int) -> Objective:

@@ -285,7 +285,7 @@ def _teacher(
             )
     if distill is None:
         return None
-    teacher = load_teacher(distill, model, lambda tok, what: check_tokenizer(data, tok, what=what))
+    teacher = load_teacher(distill, model, data)
     teacher.model.to(device)
     return teacher
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from roberta.data.corpus import check_tokenizer
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.tasks.distill import soft_kl
@@ -93,15 +94,15 @@ class Teacher:
         return out
 
 
-def load_teacher(settings: PretrainDistillation, student: RobertaModel, check_tokenizer) -> Teacher:
-    """The teacher in eval mode without gradients; refused unless it scores the student's
-    vocabulary (`check_tokenizer(tokenizer, what)` compares its tokenizer with the corpus's)."""
+def load_teacher(settings: PretrainDistillation, student: RobertaModel, data: str | Path) -> Teacher:
+    """The teacher in eval mode without gradients; refused unless its tokenizer is the one the
+    corpus at `data` was prepared with and it scores the student's vocabulary."""
     from roberta.convert import load_any
 
     model, tokenizer = load_any(settings.teacher)
     what = f"--teacher {settings.teacher}"
     if tokenizer is not None:
-        check_tokenizer(tokenizer, what)
+        check_tokenizer(data, tokenizer, what=what)
     mine, theirs = student.config, model.config
     if (theirs.vocab_size, theirs.padding_idx) != (mine.vocab_size, mine.padding_idx):
         raise UserError(
