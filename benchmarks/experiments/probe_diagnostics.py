@@ -1,13 +1,17 @@
-"""Why a checkpoint does (not) beat its random init in `roberta probe`: two quick looks at one task.
+"""Why a checkpoint does (not) beat its random init in `roberta probe`: three quick looks at one task.
 
 - `finetune`: the probe's fine-tuning of CKPT on TASK with another learning rate, epoch count or batch
   size than `roberta.probe.RECIPE` (the probe itself never changes its recipe per checkpoint).
 - `linear`: a logistic regression on frozen mean-pooled features of each layer (0 = embeddings) of
   CKPT, trained on the probe's training examples of TASK and scored on its dev set: what the
   features hold before any fine-tuning moves them.
+- `nsp`: for a checkpoint pretrained with NSP (a SEGMENT-PAIR or SENTENCE-PAIR run), its NSP head's
+  log-odds that the second segment follows the first, as a zero-shot score of TASK's dev pairs:
+  Spearman against STS-B's similarity, ROC AUC against a binary task's positive label.
 
     .venv/bin/python benchmarks/experiments/probe_diagnostics.py finetune CKPT --task STS-B --epochs 10
     .venv/bin/python benchmarks/experiments/probe_diagnostics.py linear CKPT --task SST-2
+    .venv/bin/python benchmarks/experiments/probe_diagnostics.py nsp CKPT --task STS-B
 """
 
 from __future__ import annotations
@@ -62,9 +66,34 @@ def linear(args, task, data) -> None:
         print(f"{name}: linear probe, dev accuracy {100 * accuracy:.1f}")
 
 
+def nsp(args, task, data) -> None:
+    import torch
+    from scipy.stats import spearmanr
+    from sklearn.metrics import roc_auc_score
+
+    from roberta.hub import load
+    from roberta.tasks.pretrain import NSP_HEAD
+
+    hub = load(args.checkpoint)
+    if NSP_HEAD not in hub.model.heads:
+        raise SystemExit(f"{args.checkpoint}: no NSP head (pretrain with a pair format)")
+    dev = next(iter(data[2].values()))[0]
+    with torch.no_grad():
+        pairs = hub.encode_batch([e.text for e in dev], [e.pair for e in dev], truncate=True)
+        logits = hub.predict(NSP_HEAD, pairs, return_logits=True)
+    follows = (logits[:, 0] - logits[:, 1]).float().numpy()  # label 0: B follows A
+    if task.regression:
+        rho = spearmanr(follows, [e.label for e in dev])[0]
+        print(f"{args.checkpoint.name} {task.name}: NSP zero-shot Spearman {100 * rho:.1f}")
+    else:
+        same = "entailment" if "entailment" in task.labels else "1"  # the pair says the same / follows
+        auc = roc_auc_score([e.label == same for e in dev], follows)
+        print(f"{args.checkpoint.name} {task.name}: NSP zero-shot ROC AUC {auc:.3f} for label {same!r}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("look", choices=["finetune", "linear"])
+    parser.add_argument("look", choices=["finetune", "linear", "nsp"])
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--task", default="SST-2")
     parser.add_argument("--glue", type=Path, default=ROOT.parent / "shared" / "data" / "glue")
@@ -76,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     task = get_task(args.task)
     data = probe._read_task(task, args.glue, args.examples)
-    (fine_tune if args.look == "finetune" else linear)(args, task, data)
+    {"finetune": fine_tune, "linear": linear, "nsp": nsp}[args.look](args, task, data)
 
 
 if __name__ == "__main__":
