@@ -44,3 +44,5 @@ lever mask15 corpus-fifth yes --data.mask_prob=0.15
 lever lr3e-3 corpus-fifth yes --optim.lr=3e-3
 lever epochs-1 corpus-8k no  # the whole corpus: 15.4M of its 20.3M tokens, under one epoch
 lever seq32 corpus-fifth yes --data.seq_len=32 --train.batch_size=32 --train.micro_batch_size=32
+# batch size: 16 sequences a step for half the steps (the same tokens), at the recipe's LR
+lever batch16 corpus-fifth yes --train.batch_size=16 --train.micro_batch_size=16 --train.max_steps=7500
