@@ -80,13 +80,20 @@ def pretrain(args, name: str, fields: list[str]) -> Path:
     return run
 
 
-def probe(args, run: Path, baseline: Path | None) -> dict:
+def reuse_random_init(run: Path, baseline: Path) -> None:
+    """Give `run`'s probe the random-init cells `baseline` measured (the same model: same shape,
+    tokenizer and seed), unless its probe has begun."""
     record = run / "probe" / "probe.json"
-    if baseline is not None and not record.exists():  # the random init's cells, measured once
+    if not record.exists():
         source = json.loads((baseline / "probe" / "probe.json").read_text())
         record.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(baseline / "probe" / "random-init", run / "probe" / "random-init")
         record.write_text(json.dumps({"rows": {"random-init": source["rows"]["random-init"]}}))
+
+
+def probe(args, run: Path, baseline: Path | None) -> dict:
+    if baseline is not None:  # the random init's cells, measured once
+        reuse_random_init(run, baseline)
     subprocess.run(
         [
             *ROBERTA,
@@ -103,7 +110,7 @@ def probe(args, run: Path, baseline: Path | None) -> dict:
         check=True,
         cwd=ROOT,
     )
-    return json.loads(record.read_text())
+    return json.loads((run / "probe" / "probe.json").read_text())
 
 
 def spread(entry: dict, task: str) -> str:

@@ -23,11 +23,11 @@ lever() {  # NAME CORPUS SAME_RANDOM_INIT(yes|no) [--section.key=value ...]
   "$R" pretrain --config "$CFG" --data "$corpus" --out "$run" --train.max_steps=15000 \
     --train.checkpoint_every=5000 --train.eval_every=5000 --train.keep_last=0 "${resume[@]}" "$@" \
     > "levers/$name.log" 2>&1
-  if [ "$same" = yes ] && [ ! -f "$run/probe/probe.json" ]; then
-    mkdir -p "$run/probe" && cp -r "$RANDOM_FROM/probe/random-init" "$run/probe/"
-    python3 -c "import json, sys; rows = json.load(open(sys.argv[1]))['rows']
-json.dump({'rows': {'random-init': rows['random-init']}}, open(sys.argv[2], 'w'))" \
-      "$RANDOM_FROM/probe/probe.json" "$run/probe/probe.json"
+  if [ "$same" = yes ]; then
+    PYTHONPATH="$ROOT/benchmarks/experiments" "$ROOT/.venv/bin/python" -c "import sys
+from pathlib import Path
+from cpu_ablations import reuse_random_init
+reuse_random_init(Path(sys.argv[1]), Path(sys.argv[2]))" "$run" "$RANDOM_FROM"
   fi
   echo "$name: probing from $(date -u +%H:%M:%S)"
   "$R" probe "$run" --glue "$GLUE" --checkpoints last --seeds 3 --no-progress >> "levers/$name.log" 2>&1

@@ -67,7 +67,6 @@ def linear(args, task, data) -> None:
 
 
 def nsp(args, task, data) -> None:
-    import torch
     from scipy.stats import spearmanr
     from sklearn.metrics import roc_auc_score
 
@@ -78,9 +77,8 @@ def nsp(args, task, data) -> None:
     if NSP_HEAD not in hub.model.heads:
         raise SystemExit(f"{args.checkpoint}: no NSP head (pretrain with a pair format)")
     dev = next(iter(data[2].values()))[0]
-    with torch.no_grad():
-        pairs = hub.encode_batch([e.text for e in dev], [e.pair for e in dev], truncate=True)
-        logits = hub.predict(NSP_HEAD, pairs, return_logits=True)
+    pairs = hub.encode_batch([e.text for e in dev], [e.pair for e in dev], truncate=True)
+    logits = hub.predict(NSP_HEAD, pairs, return_logits=True)  # in inference mode, as the hub runs
     follows = (logits[:, 0] - logits[:, 1]).float().numpy()  # label 0: B follows A
     if task.regression:
         rho = spearmanr(follows, [e.label for e in dev])[0]
