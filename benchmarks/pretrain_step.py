@@ -82,7 +82,7 @@ def batches(corpus: Path, seq_len: int, batch: int, count: int) -> list[dict]:
 
 def ours_loss(model, batch: dict) -> torch.Tensor:
     masked = max(int(batch["labels"].ne(IGNORE_INDEX).sum()), 1)
-    return mlm_loss(model, batch, nsp=False)["mlm"] / masked  # the trainer divides the summed loss so
+    return mlm_loss(model, batch)["mlm"] / masked  # the trainer divides the summed loss so
 
 
 def hf_loss(model, batch: dict) -> torch.Tensor:

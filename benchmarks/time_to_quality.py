@@ -69,7 +69,7 @@ class Contender:
 
 def ours_loss(model: RobertaModel, batch: dict) -> torch.Tensor:
     """As `roberta pretrain` computes it (`tasks.pretrain.mlm_loss`), per masked token."""
-    return mlm_loss(model, batch, nsp=False)["mlm"] / batch["labels"].ne(IGNORE_INDEX).sum()
+    return mlm_loss(model, batch)["mlm"] / batch["labels"].ne(IGNORE_INDEX).sum()
 
 
 def ours_logits(model: RobertaModel, batch: dict) -> torch.Tensor:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from data_fixtures import make_documents, write_byte_tokenizer, write_text
-from roberta.data import Corpus
+from roberta.data import Corpus, packing
 from roberta.data.loader import DataConfig, build_loader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
 from roberta.data.prepare import prepare
@@ -128,6 +128,31 @@ def test_pair_formats_carry_next_sentence_labels(corpus_dir, fmt):
         labels.append(batch["nsp_labels"])
     labels = torch.cat(labels).float()
     assert 0.35 < labels.mean() < 0.65
+
+
+def test_overlap_pairs_label_each_pair_and_token_with_what_the_segments_share(corpus_dir):
+    config = DataConfig(format="overlap-pair", seq_len=BLOCK)
+    loader = build_loader(corpus_dir, config=config, micro_batch_size=8, seed=0, epochs=1)
+    specials = Corpus(corpus_dir).specials
+    labels = []
+    for batch in loader:
+        assert "nsp_labels" not in batch and batch["overlap"].dtype == torch.float32
+        rows, inputs = originals(batch).numpy(), batch["tokens"].numpy()
+        for row, seen, label, flags in zip(rows, inputs, batch["overlap"].tolist(), batch["shared"].numpy()):
+            length = int((row != specials.pad_id).sum())
+            eos = np.flatnonzero(row == specials.eos_id)
+            assert row[0] == specials.bos_id and eos[1] == eos[0] + 1 and eos[-1] == length - 1
+            a, b = row[1 : eos[0]], row[eos[1] + 1 : length - 1]
+            assert label == pytest.approx(packing.token_overlap(a, b))
+            # per token: read from what the model sees, masks unlabelled
+            expected = packing.shared_tokens(seen[:length], len(a), (specials.mask_id,))
+            assert np.array_equal(flags[:length], expected) and (flags[length:] == -1).all()
+        labels += batch["overlap"].tolist()
+    # Half the Bs are A rewritten, with a kept share drawn uniformly: the labels spread over [0, 1].
+    assert min(labels) < 0.1 and max(labels) > 0.9
+    resumed = next(iter(build_loader(corpus_dir, config=config, micro_batch_size=8, seed=0, start_step=3)))
+    reference = steps(build_loader(corpus_dir, config=config, micro_batch_size=8, seed=0), 4)[3]
+    assert all(torch.equal(resumed[k], reference[k]) for k in ("tokens", "labels", "overlap", "shared"))
 
 
 def test_static_masking_repeats_masks_every_k_epochs(corpus_dir):

@@ -111,3 +111,43 @@ def test_pairs_need_documents_with_two_segments():
     sent = np.arange(6) * 3  # five one-sentence documents
     with pytest.raises(UserError, match="at least two segments"):
         packing.make_pairs(*packing.segments(sent, np.arange(6), 10, False), np.random.default_rng(0))
+
+
+def test_token_overlap_is_the_share_of_tokens_found_in_the_other_segment():
+    a = np.array([5, 6, 6, 7])
+    assert packing.token_overlap(a, a) == 1.0
+    assert packing.token_overlap(a, np.array([8, 9])) == 0.0
+    # A's 5, 6, 6 occur in B, its 7 does not; all three of B's tokens occur in A: 6 of 7 tokens.
+    assert packing.token_overlap(a, np.array([6, 5, 5])) == pytest.approx(6 / 7)
+    assert packing.token_overlap(np.array([6, 5, 5]), a) == pytest.approx(6 / 7)
+    assert packing.token_overlap(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == 0.0
+
+
+def test_shared_tokens_label_the_visible_tokens_of_each_segment_by_the_other():
+    mask = 9
+    #                   <s>  A: 5  6  mask 7   </s></s> B: 6  mask 8  </s>
+    inputs = np.array([0, 5, 6, mask, 7, 2, 2, 6, mask, 8, 2])
+    flags = packing.shared_tokens(inputs, 4, (mask,))
+    assert flags.tolist() == [-1, 0, 1, -1, 0, -1, -1, 1, -1, 0, -1]
+    # the mean of the labels of the unmasked pair is its overlap
+    a, b = np.array([5, 6, 7]), np.array([6, 5])
+    unmasked = packing.shared_tokens(packing.pair_tokens(a, b, 0, 2), 3, (mask,))
+    assert unmasked[unmasked >= 0].mean() == pytest.approx(packing.token_overlap(a, b))
+
+
+def test_rewrite_keeps_a_share_of_a_in_order_and_fills_the_rest_from_the_filler():
+    a, filler = np.arange(100, 140), np.arange(1000, 1100)
+    rng = np.random.default_rng(0)
+    shares = []
+    for _ in range(200):
+        b = packing.rewrite(a, filler, rng)
+        from_a = b[b < 1000]
+        assert len(b) == len(a)  # the filler is long enough to replace every lost token
+        assert np.all(np.diff(from_a) > 0) and np.all(np.diff(b[b >= 1000]) == 1)  # both in order
+        assert np.array_equal(b[b >= 1000], filler[: len(a) - len(from_a)])
+        shares.append(len(from_a) / len(a))
+    assert min(shares) < 0.15 and max(shares) > 0.85  # the kept share is drawn per pair
+    positions = [np.flatnonzero(packing.rewrite(a, filler, rng) < 1000) for _ in range(20)]
+    assert any(len(p) and not np.array_equal(p, np.arange(len(p))) for p in positions)  # kept tokens move
+    short = packing.rewrite(a, filler[:3], np.random.default_rng(1))
+    assert len(short) <= len(a) and np.isin(short, np.concatenate([a, filler[:3]])).all()

@@ -105,6 +105,23 @@ def test_pair_format_trains_an_nsp_head(corpus, tmp_path):
     assert model.heads["nsp"].out_proj.out_features == 2
 
 
+def test_overlap_pair_format_trains_an_overlap_head(corpus, tmp_path):
+    run = tmp_path / "overlap"
+    assert pretrain(corpus, run, "--train.max_steps=3", "--data.format=overlap-pair") == 0
+    valid = [
+        json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"valid"' in line
+    ]
+    assert 0 < valid[-1]["overlap_error"] < 1 and valid[-1]["overlap_loss"] > 0
+    assert 0 < valid[-1]["shared_accuracy"] < 1 and valid[-1]["shared_loss"] > 0
+    model, _ = checkpoint.load(run / "checkpoints" / "step-00000003")
+    assert model.heads["overlap"].out_proj.out_features == 1 and "nsp" not in model.heads
+    # The objective is ours, the architecture RoBERTa's: the checkpoint exports both ways, checked.
+    for to in ("hf", "fairseq"):
+        assert (
+            main(["convert", str(run / "checkpoints" / "step-00000003"), str(tmp_path / to), "--to", to]) == 0
+        )
+
+
 def test_pretrain_errors_are_one_line_user_errors(corpus, tmp_path, capsys):
     assert pretrain(corpus, tmp_path / "a", "--train.max_stepz=3") == 2
     assert "train.max_stepz" in capsys.readouterr().err

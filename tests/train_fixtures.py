@@ -102,7 +102,7 @@ def run(
         padding_idx=PAD,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
-        nsp=nsp,
+        pair_head="nsp" if nsp else None,
         last_layer_masked_only=job.model.last_layer_masked_only,
         unpad=job.model.unpad,
     )

@@ -175,9 +175,9 @@ def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
         return RobertaModel(config)
 
     sides = {
-        "mlm_loss": lambda m, batch: mlm_loss(m, batch, nsp=False),
-        "padded": lambda m, batch: mlm_loss(m, batch, nsp=False, unpad=False),
-        "last layer everywhere": lambda m, batch: mlm_loss(m, batch, nsp=False, last_layer_masked_only=False),
+        "mlm_loss": lambda m, batch: mlm_loss(m, batch),
+        "padded": lambda m, batch: mlm_loss(m, batch, unpad=False),
+        "last layer everywhere": lambda m, batch: mlm_loss(m, batch, last_layer_masked_only=False),
         "chunked LM loss": chunked_mlm_loss,
     }
     return model, objective, sides, batches, OptimSection()

@@ -12,7 +12,11 @@ Each batch is a dict of torch tensors:
                                the batch (attention masks come from `tokens != pad_id`)
     labels       int64 [B, T]  the original token where a prediction is due, IGNORE_INDEX (-100,
                                cross_entropy's default ignore_index) elsewhere, padding included
-    nsp_labels   int64 [B]     pair formats only: 0 = B follows A, 1 = B from another document
+    nsp_labels   int64 [B]     NSP formats only: 0 = B follows A, 1 = B from another document
+    overlap      float32 [B]   OVERLAP-PAIR only: the share of the pair's tokens that occur in the
+                               other segment (`packing.token_overlap`)
+    shared       float32 [B, T] OVERLAP-PAIR only: per token, 1.0 if it occurs in the other segment's
+                               visible tokens, 0.0 if not, -1.0 for no label (`packing.shared_tokens`)
 
 B is `micro_batch_size` for FULL-SENTENCES and SEGMENT-PAIR; for DOC-SENTENCES and SENTENCE-PAIR the
 batch holds a token budget of micro_batch_size * seq_len (padded size), so B varies. Gradient
@@ -111,7 +115,7 @@ class PretrainDataset(Dataset):
         offsets, documents = self.split.sentence_offsets, self.split.document_offsets
         self._document_tokens = self.split.document_token_offsets
         if config.format in packing.PAIR_FORMATS:
-            whole = config.format == packing.SEGMENT_PAIR
+            whole = config.format != packing.SENTENCE_PAIR
             self._segments = packing.segments(offsets, documents, (config.seq_len - 4) // 2, whole)
             self._blocks = None
         else:
@@ -210,24 +214,36 @@ class PretrainDataset(Dataset):
             return epoch, plan.budget[j]
         return epoch, plan.order[j * self.micro_batch_size : (j + 1) * self.micro_batch_size]
 
-    def sequence(self, plan: _Plan, index: int) -> np.ndarray:
+    def sequence(self, plan: _Plan, index: int, rng: np.random.Generator) -> tuple[np.ndarray, float | None]:
+        """Sequence `index`'s tokens and, for OVERLAP-PAIR, its overlap label (drawn from `rng`,
+        the sequence's own stream, before its masking)."""
         bos, eos = self.specials.bos_id, self.specials.eos_id
         start, end = int(plan.starts[index]), int(plan.ends[index])
         if plan.pairs is not None:
+            a = self.split.tokens(start, end)
             b = self.split.tokens(int(plan.pairs.b_start[index]), int(plan.pairs.b_end[index]))
-            return packing.pair_tokens(self.split.tokens(start, end), b, bos, eos)
+            if self.config.format != packing.OVERLAP_PAIR:
+                return packing.pair_tokens(a, b, bos, eos), None
+            if rng.random() < 0.5:
+                b = packing.rewrite(a, b, rng)
+            return packing.pair_tokens(a, b, bos, eos), (packing.token_overlap(a, b), len(a))
         separators = self._document_tokens if self.config.format == packing.FULL_SENTENCES else None
-        return packing.block_tokens(
+        block = packing.block_tokens(
             self.split.tokens(start, end), start, self.split.sentence_offsets, separators, bos, eos
         )
+        return block, None
 
     def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
         epoch, indices = self.sequence_indices(step)
         plan = self.plan(epoch)
-        rows = []
+        rows, overlaps, shared = [], [], []
         for index in indices:
             rng = masking_rng(self.seed, epoch, int(index), self.config.masking.static_copies)
-            rows.append(mask_tokens(self.sequence(plan, int(index)), rng, self.config.masking, self.vocab))
+            sequence, pair = self.sequence(plan, int(index), rng)
+            rows.append(mask_tokens(sequence, rng, self.config.masking, self.vocab))
+            if pair is not None:
+                overlaps.append(pair[0])
+                shared.append(packing.shared_tokens(rows[-1][0], pair[1], (self.specials.mask_id,)))
         width = max(len(inputs) for inputs, _ in rows)
         tokens = np.full((len(rows), width), self.specials.pad_id, dtype=np.int64)
         labels = np.full((len(rows), width), IGNORE_INDEX, dtype=np.int64)
@@ -235,8 +251,14 @@ class PretrainDataset(Dataset):
             tokens[r, : len(inputs)] = inputs
             labels[r, : len(targets)] = targets
         batch = {"tokens": torch.from_numpy(tokens), "labels": torch.from_numpy(labels)}
-        if plan.pairs is not None:
+        if self.config.format in packing.NSP_FORMATS:
             batch["nsp_labels"] = torch.from_numpy(plan.pairs.nsp[indices].astype(np.int64))
+        if self.config.format == packing.OVERLAP_PAIR:
+            batch["overlap"] = torch.tensor(overlaps, dtype=torch.float32)
+            flags = np.full((len(rows), width), -1.0, dtype=np.float32)
+            for r, row in enumerate(shared):
+                flags[r, : len(row)] = row
+            batch["shared"] = torch.from_numpy(flags)
         return batch
 
     def __len__(self) -> int:

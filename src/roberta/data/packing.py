@@ -14,6 +14,12 @@ arrays of token ranges, and `block_tokens` / `pair_tokens` to build a sequence f
   probability 0.5, is a segment of another document (label 1). Every segment that has a successor
   in its document is an A once per epoch.
 - SENTENCE-PAIR+NSP: the same with single sentences as segments (batched by token budget).
+- OVERLAP-PAIR (ours, not the paper's): SEGMENT-PAIR's pairs, but half the time B is A rewritten
+  (`rewrite`: a random share of A's tokens kept in order, the rest of B's places filled from the
+  drawn segment). The pair's label is the share of its tokens that occur in the other segment
+  (`token_overlap`), which a head on `<s>` learns to predict beside the masked LM, and the same
+  head, on every other token, whether that token occurs in the other segment (`shared_tokens`).
+  The pair tasks (STS-B, MRPC, RTE) are fine-tuned from `<s>`; this trains it to compare segments.
 
 A sentence too long for a block (or a segment) is split into pieces, never dropped.
 """
@@ -30,8 +36,10 @@ FULL_SENTENCES = "full-sentences"
 DOC_SENTENCES = "doc-sentences"
 SEGMENT_PAIR = "segment-pair"
 SENTENCE_PAIR = "sentence-pair"
-FORMATS = (FULL_SENTENCES, DOC_SENTENCES, SEGMENT_PAIR, SENTENCE_PAIR)
-PAIR_FORMATS = (SEGMENT_PAIR, SENTENCE_PAIR)
+OVERLAP_PAIR = "overlap-pair"
+FORMATS = (FULL_SENTENCES, DOC_SENTENCES, SEGMENT_PAIR, SENTENCE_PAIR, OVERLAP_PAIR)
+PAIR_FORMATS = (SEGMENT_PAIR, SENTENCE_PAIR, OVERLAP_PAIR)
+NSP_FORMATS = (SEGMENT_PAIR, SENTENCE_PAIR)  # the paper's pair formats, with next-sentence prediction
 # Formats whose sequences vary in length, so batches hold a token budget rather than a count.
 BUDGET_FORMATS = (DOC_SENTENCES, SENTENCE_PAIR)
 
@@ -137,6 +145,40 @@ def make_pairs(
     draw = np.where(draw >= doc_first[a], draw + doc_count[a], draw)
     b = np.where(random_b, draw, a + 1)
     return Pairs(seg_start[a], seg_end[a], seg_start[b], seg_end[b], random_b.astype(np.int64))
+
+
+def rewrite(a: np.ndarray, filler: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A's tokens, each kept with one probability drawn uniformly for the pair, in their order, with
+    filler tokens (in theirs) at random places between them, as many as A lost while filler lasts.
+    Kept tokens move away from their positions in A, so telling what the two share takes comparing
+    tokens, not aligning positions."""
+    kept = a[rng.random(len(a)) < rng.random()]
+    fill = filler[: len(a) - len(kept)]
+    out = np.empty(len(kept) + len(fill), dtype=np.int64)
+    from_a = np.zeros(len(out), dtype=bool)
+    from_a[rng.choice(len(out), size=len(kept), replace=False)] = True
+    out[from_a], out[~from_a] = kept, fill
+    return out
+
+
+def token_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """The share of the pair's tokens that also occur in the other segment, in [0, 1]."""
+    if not len(a) + len(b):
+        return 0.0
+    return float(np.isin(a, b).sum() + np.isin(b, a).sum()) / (len(a) + len(b))
+
+
+def shared_tokens(inputs: np.ndarray, a_length: int, unseen: tuple[int, ...]) -> np.ndarray:
+    """Per position of a pair `<s> A </s></s> B </s>` as the model sees it (masked): 1.0 where a
+    token of A occurs among B's visible tokens or one of B among A's, 0.0 where it does not, -1.0
+    (no label) at the specials and at `unseen` tokens (`<mask>`). The per-token form of
+    `token_overlap`, read from the inputs so that every label can be computed from them."""
+    a, b = inputs[1 : 1 + a_length], inputs[3 + a_length : -1]
+    seen_a, seen_b = ~np.isin(a, unseen), ~np.isin(b, unseen)
+    out = np.full(len(inputs), -1.0, dtype=np.float32)
+    out[1 : 1 + a_length] = np.where(seen_a, np.isin(a, b[seen_b]), -1.0)
+    out[3 + a_length : -1] = np.where(seen_b, np.isin(b, a[seen_a]), -1.0)
+    return out
 
 
 def block_tokens(

@@ -1,4 +1,5 @@
-"""Pretraining: the masked-LM objective (+ NSP for the paper's pair-format baselines) and
+"""Pretraining: the masked-LM objective (+ NSP for the paper's pair-format baselines, + the token
+overlap of a pair for OVERLAP-PAIR) and
 `roberta pretrain`, a prepared corpus and a job config → a run directory.
 
     from roberta.tasks.pretrain import load_pretrain_job, pretrain
@@ -7,7 +8,8 @@
 
 Batches are dicts with `tokens` [B, T] (padded with the model's padding id), `labels` [B, T]
 (the original token at masked positions, IGNORE_INDEX elsewhere) and, for NSP formats,
-`nsp_labels` [B] (0: B follows A, 1: B is from another document). Under `torchrun` every rank
+`nsp_labels` [B] (0: B follows A, 1: B is from another document), for OVERLAP-PAIR `overlap` [B]
+(the share of tokens A and B have in common, `data.packing.token_overlap`). Under `torchrun` every rank
 calls the same function; each reads its own shard of the data.
 """
 
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from roberta.data.corpus import Corpus, check_tokenizer
 from roberta.data.loader import DataConfig, PretrainDataset, PretrainLoader
 from roberta.data.masking import IGNORE_INDEX, MaskingConfig
-from roberta.data.packing import FORMATS, PAIR_FORMATS
+from roberta.data.packing import FORMATS, NSP_FORMATS, OVERLAP_PAIR
 from roberta.errors import UserError
 from roberta.io import read_json
 from roberta.model import RobertaModel
@@ -43,7 +45,9 @@ class PretrainData:
     """The [data] section of a pretraining job: how blocks are packed and masked. (How the
     forward computes, `last_layer_masked_only` and `unpad`, is [model]'s.)"""
 
-    format: str = "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair
+    format: str = (
+        "full-sentences"  # full-sentences | doc-sentences | segment-pair | sentence-pair | overlap-pair
+    )
     masking: str = "dynamic"  # dynamic | static
     static_copies: int = 10  # static masking: how many fixed masks each sequence gets (BERT used 10)
     seq_len: int = 512
@@ -74,6 +78,17 @@ def load_pretrain_job(path: str | Path | None = None, overrides: list[str] = ())
 
 NSP_HEAD = "nsp"
 NSP_LABELS = "nsp_labels"
+OVERLAP_HEAD = "overlap"  # one logit: on `<s>` the pair's token overlap, on a token whether it is shared
+OVERLAP_LABELS = "overlap"
+SHARED_LABELS = "shared"
+PAIR_HEADS = {NSP_HEAD: 2, OVERLAP_HEAD: 1}  # a pair objective's head on `<s>` and its outputs
+
+
+def pair_head_for(data_format: str) -> str | None:
+    """The head on `<s>` a data format trains beside the masked LM, if any."""
+    if data_format in NSP_FORMATS:
+        return NSP_HEAD
+    return OVERLAP_HEAD if data_format == OVERLAP_PAIR else None
 
 
 def mlm_objective(
@@ -82,22 +97,25 @@ def mlm_objective(
     padding_idx: int,
     seq_len: int,
     mask_prob: float,
-    nsp: bool = False,
+    pair_head: str | None = None,
     last_layer_masked_only: bool = True,
     unpad: bool = True,
     teacher: Teacher | None = None,
 ) -> Objective:
-    """The masked-LM objective (+ NSP); with a `teacher`, its distillation terms beside it
+    """The masked-LM objective, + a pair objective on `<s>` if `pair_head` names one (`PAIR_HEADS`:
+    "nsp" or "overlap"); with a `teacher`, its distillation terms beside it
     (`roberta.tasks.pretrain_distill`)."""
 
     def add_heads(model: RobertaModel) -> None:
-        if nsp and NSP_HEAD not in model.heads:
-            model.add_classification_head(NSP_HEAD, 2)
+        if pair_head and pair_head not in model.heads:
+            model.add_classification_head(pair_head, PAIR_HEADS[pair_head])
 
     def counts(batch: Batch) -> dict[str, float]:
         found = {"mlm": int(batch["labels"].ne(IGNORE_INDEX).sum())}
-        if nsp:
-            found["nsp"] = int(batch[NSP_LABELS].numel())
+        if pair_head:
+            found[pair_head] = int(batch["tokens"].size(0))
+        if pair_head == OVERLAP_HEAD:
+            found["shared"] = int(batch[SHARED_LABELS].ge(0).sum())
         if teacher is not None:
             found["soft"] = found["mlm"]
             if teacher.needs_all_positions:
@@ -113,11 +131,11 @@ def mlm_objective(
         train_batches=train_batches,
         eval_sets={"valid": eval_batches},
         counts=counts,
-        loss=lambda model, batch: mlm_loss(model, batch, nsp, last_layer_masked_only, unpad, teacher),
+        loss=lambda model, batch: mlm_loss(model, batch, pair_head, last_layer_masked_only, unpad, teacher),
         metrics=mlm_metrics,
         tokens=tokens,
         flops_per_token=lambda config: _flops_per_token(
-            config, seq_len, mask_prob, last_layer_masked_only and not nsp, teacher
+            config, seq_len, mask_prob, last_layer_masked_only and not pair_head, teacher
         ),
         # No RUN/best by default: a pretraining checkpoint is large and the last one is what is
         # used; --train.best_metric=loss keeps the lowest held-out loss as well.
@@ -141,7 +159,7 @@ def _flops_per_token(
 def mlm_loss(
     model: RobertaModel,
     batch: Batch,
-    nsp: bool,
+    pair_head: str | None = None,
     last_layer_masked_only: bool = True,
     unpad: bool = True,
     teacher: Teacher | None = None,
@@ -150,8 +168,8 @@ def mlm_loss(
     selected = labels.ne(IGNORE_INDEX)
     targets = labels[selected]
     distilling = teacher is not None and model.training  # held-out figures are the student's own
-    # (NSP reads `<s>` as well, the cosine term every position.)
-    if last_layer_masked_only and not nsp and not (distilling and teacher.needs_all_positions):
+    # (A pair head reads `<s>` as well, the cosine term every position.)
+    if last_layer_masked_only and not pair_head and not (distilling and teacher.needs_all_positions):
         hidden = None
         logits = model.lm_logits(
             model(batch["tokens"], select=selected, unpad=unpad).last_hidden_state
@@ -165,23 +183,42 @@ def mlm_loss(
         "mlm": F.cross_entropy(logits, targets, reduction="sum"),
         "mlm_correct": (logits.argmax(-1) == targets).sum(),
     }
-    if nsp:
+    if pair_head == NSP_HEAD:
         nsp_logits = model.classify(NSP_HEAD, hidden).float()
         out["nsp"] = F.cross_entropy(nsp_logits, batch[NSP_LABELS], reduction="sum")
         out["nsp_correct"] = (nsp_logits.argmax(-1) == batch[NSP_LABELS]).sum()
+    elif pair_head == OVERLAP_HEAD:
+        # Cross-entropy against a soft target: the overlap as the probability of a coin, so the
+        # term has NSP's scale and its gradient the sigmoid's, not a squared error's vanishing one.
+        logit, target = model.classify(OVERLAP_HEAD, hidden).float().squeeze(-1), batch[OVERLAP_LABELS]
+        out["overlap"] = F.binary_cross_entropy_with_logits(logit, target, reduction="sum")
+        out["overlap_error"] = (logit.sigmoid() - target).abs().sum()
+        # The same head on every labelled token (each as a one-token sequence, so the head reads it as
+        # its `<s>`): one label per token, where the pair gives one, so matching is learnt sooner.
+        flags = batch[SHARED_LABELS]
+        labelled = flags.ge(0)
+        token_logit = model.classify(OVERLAP_HEAD, hidden[labelled].unsqueeze(1)).float().squeeze(-1)
+        out["shared"] = F.binary_cross_entropy_with_logits(token_logit, flags[labelled], reduction="sum")
+        out["shared_correct"] = (token_logit.gt(0) == flags[labelled].bool()).sum()
     if distilling:
         out.update(teacher.terms(batch["tokens"], selected, hidden, logits, unpad))
     return out
 
 
 def mlm_metrics(sums: dict[str, float], examples: dict | None = None) -> dict[str, float]:
-    """loss (nats per masked token), perplexity, masked-token accuracy; NSP loss and accuracy if present."""
+    """loss (nats per masked token), perplexity, masked-token accuracy; NSP loss and accuracy, or the
+    overlap loss and mean absolute error, if present."""
     n = max(sums["mlm_count"], 1.0)
     loss = sums["mlm"] / n
     figures = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": sums["mlm_correct"] / n}
     if "nsp" in sums:
         m = max(sums["nsp_count"], 1.0)
         figures.update(nsp_loss=sums["nsp"] / m, nsp_accuracy=sums["nsp_correct"] / m)
+    if "overlap" in sums:
+        m = max(sums["overlap_count"], 1.0)
+        figures.update(overlap_loss=sums["overlap"] / m, overlap_error=sums["overlap_error"] / m)
+        t = max(sums["shared_count"], 1.0)
+        figures.update(shared_loss=sums["shared"] / t, shared_accuracy=sums["shared_correct"] / t)
     for term in ("soft", "cosine"):  # distillation's, weighted, in training windows only
         if term in sums:
             figures[f"{term}_loss"] = sums[term] / max(sums[f"{term}_count"], 1.0)
@@ -339,7 +376,7 @@ def _objective(
     placement: distributed.Placement,
     teacher: Teacher | None = None,
 ) -> Objective:
-    """The masked-LM objective (+ NSP for pair formats) over this rank's share of the corpus."""
+    """The masked-LM objective (+ the pair formats' objective) over this rank's share of the corpus."""
     micro_batch_size, _ = batch_plan(job, placement.world_size)
     masking = MaskingConfig(
         mask_prob=job.data.mask_prob,
@@ -370,7 +407,7 @@ def _objective(
         padding_idx=corpus.specials.pad_id,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
-        nsp=job.data.format in PAIR_FORMATS,
+        pair_head=pair_head_for(job.data.format),
         last_layer_masked_only=job.model.last_layer_masked_only,
         unpad=job.model.unpad,
         teacher=teacher,
