@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from roberta.cli import main
 from roberta.padding import Selected, Unpadded
 from roberta.tasks.pretrain import sinusoidal_positions
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 
 MICRO = (
@@ -105,9 +107,11 @@ def test_pair_format_trains_an_nsp_head(corpus, tmp_path):
     assert model.heads["nsp"].out_proj.out_features == 2
 
 
-def test_overlap_pair_format_trains_an_overlap_head(corpus, tmp_path):
+def test_the_overlap_recipe_trains_an_overlap_head_and_exports(corpus, tmp_path):
     run = tmp_path / "overlap"
-    assert pretrain(corpus, run, "--train.max_steps=3", "--data.format=overlap-pair") == 0
+    recipe = str(ROOT / "configs" / "pretrain-cpu-overlap.toml")  # its format; MICRO shrinks the rest
+    assert pretrain(corpus, run, "--config", recipe, "--train.max_steps=3", "--train.keep_last=1") == 0
+    assert json.loads((run / "job.json").read_text())["job"]["data"]["format"] == "overlap-pair"
     valid = [
         json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"valid"' in line
     ]

@@ -5,13 +5,15 @@
 - `linear`: a logistic regression on frozen mean-pooled features of each layer (0 = embeddings) of
   CKPT, trained on the probe's training examples of TASK and scored on its dev set: what the
   features hold before any fine-tuning moves them.
-- `nsp`: for a checkpoint pretrained with NSP (a SEGMENT-PAIR or SENTENCE-PAIR run), its NSP head's
-  log-odds that the second segment follows the first, as a zero-shot score of TASK's dev pairs:
-  Spearman against STS-B's similarity, ROC AUC against a binary task's positive label.
+- `pair`: for a checkpoint pretrained with a pair head (NSP in a SEGMENT-PAIR or SENTENCE-PAIR run,
+  the overlap head in an OVERLAP-PAIR run), that head as a zero-shot score of TASK's dev pairs (NSP:
+  the log-odds that the second segment follows the first; overlap: the predicted share of shared
+  tokens): Spearman against STS-B's similarity, ROC AUC against a binary task's positive label;
+  beside it, the same for the share of shared tokens counted (`data.packing.token_overlap`).
 
     .venv/bin/python benchmarks/experiments/probe_diagnostics.py finetune CKPT --task STS-B --epochs 10
     .venv/bin/python benchmarks/experiments/probe_diagnostics.py linear CKPT --task SST-2
-    .venv/bin/python benchmarks/experiments/probe_diagnostics.py nsp CKPT --task STS-B
+    .venv/bin/python benchmarks/experiments/probe_diagnostics.py pair CKPT --task STS-B
 """
 
 from __future__ import annotations
@@ -66,32 +68,43 @@ def linear(args, task, data) -> None:
         print(f"{name}: linear probe, dev accuracy {100 * accuracy:.1f}")
 
 
-def nsp(args, task, data) -> None:
+def pair(args, task, data) -> None:
     from scipy.stats import spearmanr
     from sklearn.metrics import roc_auc_score
 
+    from roberta.data.packing import token_overlap
     from roberta.hub import load
-    from roberta.tasks.pretrain import NSP_HEAD
+    from roberta.tasks.pretrain import NSP_HEAD, OVERLAP_HEAD
 
     hub = load(args.checkpoint)
-    if NSP_HEAD not in hub.model.heads:
-        raise SystemExit(f"{args.checkpoint}: no NSP head (pretrain with a pair format)")
+    head = next((h for h in (NSP_HEAD, OVERLAP_HEAD) if h in hub.model.heads), None)
+    if head is None:
+        raise SystemExit(f"{args.checkpoint}: no pair head (pretrain with a pair format)")
     dev = next(iter(data[2].values()))[0]
     pairs = hub.encode_batch([e.text for e in dev], [e.pair for e in dev], truncate=True)
-    logits = hub.predict(NSP_HEAD, pairs, return_logits=True)  # in inference mode, as the hub runs
-    follows = (logits[:, 0] - logits[:, 1]).float().numpy()  # label 0: B follows A
-    if task.regression:
-        rho = spearmanr(follows, [e.label for e in dev])[0]
-        print(f"{args.checkpoint.name} {task.name}: NSP zero-shot Spearman {100 * rho:.1f}")
-    else:
-        same = "entailment" if "entailment" in task.labels else "1"  # the pair says the same / follows
-        auc = roc_auc_score([e.label == same for e in dev], follows)
-        print(f"{args.checkpoint.name} {task.name}: NSP zero-shot ROC AUC {auc:.3f} for label {same!r}")
+    logits = hub.predict(head, pairs, return_logits=True).float()  # in inference mode, as the hub runs
+    # NSP's label 0 is "B follows A"; the overlap head's one logit is the share of shared tokens.
+    scores = {f"{head} head": (logits[:, 0] - logits[:, 1] if head == NSP_HEAD else logits[:, 0]).numpy()}
+    words = [
+        (hub.encode(e.text, truncate=True)[1:-1].numpy(), hub.encode(e.pair, truncate=True)[1:-1].numpy())
+        for e in dev
+    ]
+    scores["shared tokens counted"] = np.array([token_overlap(a, b) for a, b in words])
+    for name, score in scores.items():
+        if task.regression:
+            rho = spearmanr(score, [e.label for e in dev])[0]
+            print(f"{args.checkpoint.name} {task.name}: {name}, zero-shot Spearman {100 * rho:.1f}")
+        else:
+            same = "entailment" if "entailment" in task.labels else "1"  # the pair says the same / follows
+            auc = roc_auc_score([e.label == same for e in dev], score)
+            print(
+                f"{args.checkpoint.name} {task.name}: {name}, zero-shot ROC AUC {auc:.3f} for label {same!r}"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("look", choices=["finetune", "linear", "nsp"])
+    parser.add_argument("look", choices=["finetune", "linear", "pair"])
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--task", default="SST-2")
     parser.add_argument("--glue", type=Path, default=ROOT.parent / "shared" / "data" / "glue")
@@ -103,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     task = get_task(args.task)
     data = probe._read_task(task, args.glue, args.examples)
-    {"finetune": fine_tune, "linear": linear, "nsp": nsp}[args.look](args, task, data)
+    {"finetune": fine_tune, "linear": linear, "pair": pair}[args.look](args, task, data)
 
 
 if __name__ == "__main__":
