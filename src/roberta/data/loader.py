@@ -214,9 +214,11 @@ class PretrainDataset(Dataset):
             return epoch, plan.budget[j]
         return epoch, plan.order[j * self.micro_batch_size : (j + 1) * self.micro_batch_size]
 
-    def sequence(self, plan: _Plan, index: int, rng: np.random.Generator) -> tuple[np.ndarray, float | None]:
-        """Sequence `index`'s tokens and, for OVERLAP-PAIR, its overlap label (drawn from `rng`,
-        the sequence's own stream, before its masking)."""
+    def sequence(
+        self, plan: _Plan, index: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, tuple[float, int] | None]:
+        """Sequence `index`'s tokens and, for OVERLAP-PAIR, (its overlap label, A's length); B's
+        rewrite is drawn from `rng`, the sequence's own stream, before its masking."""
         bos, eos = self.specials.bos_id, self.specials.eos_id
         start, end = int(plan.starts[index]), int(plan.ends[index])
         if plan.pairs is not None:
