@@ -20,7 +20,6 @@ import torch
 
 from roberta import UserError
 from roberta.checkpoint import save
-from roberta.serve.app import Limits
 from roberta.serve.batcher import Batcher
 from roberta.serve.server import ServeOptions, load_hub, make_app
 from serve_fixtures import LABELS, Running, call, free_port, serving_hub
@@ -38,7 +37,7 @@ def hub(shared_data):
 
 @pytest.fixture(scope="module")
 def server(hub):
-    running = Running(hub, limits=Limits(max_body_bytes=4096, timeout_s=30))
+    running = Running(hub, max_body_kb=4, timeout=30, max_items=8, max_request_tokens=300, max_answers=40)
     yield running
     running.stop()
 
@@ -111,6 +110,34 @@ BAD = [
     ("/answer", {"question": "Who?", "context": ""}, "field 'context': empty"),
     ("/answer", {"question": "Who?", "context": "x", "head": "topic"}, "is a classification head"),
     ("/v1/embeddings", {"input": "x", "encoding_format": "base64"}, "only 'float'"),
+    # Valid JSON that is no text: a lone surrogate, in every field that takes text.
+    ("/fill-mask", rb'{"text": "The \ud800 <mask>."}', "field 'text': not valid Unicode text"),
+    ("/embed", rb'{"text": ["ok", "\udfff"]}', "field 'text'[1]: not valid Unicode text"),
+    ("/embed", rb'{"text": "ok", "pair": ["\ud800"]}', "field 'pair'[0]: not valid Unicode text"),
+    ("/v1/embeddings", rb'{"input": "a\ud800b"}', "field 'input': not valid Unicode text"),
+    ("/predict", rb'{"text": ["\ud800"], "head": "topic"}', "field 'text'[0]: not valid Unicode text"),
+    ("/answer", rb'{"question": "\ud800?", "context": "x"}', "field 'question': not valid Unicode"),
+    ("/answer", rb'{"question": "Who?", "context": "\udc00"}', "field 'context': not valid Unicode"),
+    ("/predict", rb'{"text": "ok", "head": "\ud800"}', "field 'head': not valid Unicode"),
+    # Nested past Python's recursion limit.
+    ("/embed", b'{"text": ' + b"[" * 1500 + b"]" * 1500 + b"}", "nested too deeply"),
+    ("/answer", b"[" * 3000, "nested too deeply"),
+]
+
+# The fixture's bounds: 8 items, 300 tokens, 40 answer rows a request.
+TOO_MUCH = [
+    (
+        "/embed",
+        {"text": ["a"] * 9},
+        "field 'text': items: 9, over the server's limit of 8 per request (--max-items)",
+    ),
+    ("/v1/embeddings", {"input": ["a"] * 50}, "limit of 8 per request (--max-items)"),
+    ("/predict", {"text": ["a"] * 2, "pair": ["b"] * 9, "head": "topic"}, "field 'pair': items: 9"),
+    ("/fill-mask", {"text": [FILL] * 8, "topk": 6}, "answer rows (topk 6 x 8 items): 48, over"),
+    ("/fill-mask", {"text": FILL, "topk": 50000}, "(--max-answers)"),
+    ("/answer", {"question": "Who?", "context": "x", "topk": 41}, "answer rows (topk 41 x 1 item): 41"),
+    ("/embed", {"text": ["word " * 60] * 6, "truncate": True}, "tokens: 378, over the server's limit of 300"),
+    ("/answer", {"question": "Who?", "context": "word " * 400}, "(--max-request-tokens)"),
 ]
 
 
@@ -120,6 +147,14 @@ def test_bad_requests_get_a_one_line_4xx_and_the_server_stays_up(server):
         status, answer = call(server.url + path, None if raw else body, raw=raw)
         assert status == 400, (path, body, answer)
         assert message in answer["error"] and "\n" not in answer["error"], (path, answer)
+    for path, body, message in TOO_MUCH:
+        status, answer = call(server.url + path, body)
+        assert status == 413 and message in answer["error"], (path, body, answer)
+    # An error quotes a long text's start only, never the whole request.
+    status, answer = call(server.url + "/fill-mask", {"text": "no mask " * 400})
+    assert status == 400 and "exactly one <mask>" in answer["error"] and len(answer["error"]) <= 300
+    status, answer = call(server.url + "/predict", {"text": "ok", "head": "h" * 3000})
+    assert status == 400 and len(answer["error"]) <= 300
     status, answer = call(server.url + "/embed", raw=b'{"text": "' + b"a" * 5000 + b'"}')
     assert status == 413 and "over the limit of 4096" in answer["error"]
     # Chunked, with no length declared: counted as it arrives.
@@ -175,6 +210,26 @@ def test_a_client_that_goes_away_frees_its_slot(hub):
     assert after["forward_passes"] == before["forward_passes"] and after["requests"] == before["requests"]
 
 
+def test_a_request_that_timed_out_stops_costing_at_the_next_forward_pass(hub):
+    # Every forward pass takes 0.2 s; a request of 8 texts needs 8 of them (16-token batches).
+    slow = hub.model.register_forward_pre_hook(lambda *_: time.sleep(0.2))
+    running = Running(hub, timeout=0.5, max_batch_tokens=16)
+    try:
+        texts = [f"Sentence number {k} has a few words." for k in range(8)]
+        before = call(running.url + "/info")[1]["counts"]["forward_passes"]
+        status, answer = call(running.url + "/embed", {"text": texts})
+        assert status == 504 and answer == {"error": "not answered within 0.5 s"}
+        time.sleep(1.0)
+        spent = call(running.url + "/info")[1]["counts"]["forward_passes"] - before
+        # The passes run before the timeout, and the one in progress when it came: not all 8.
+        assert spent <= 4, spent
+        status, answer = call(running.url + "/embed", {"text": texts[0]})
+        assert status == 200  # the worker is free again
+    finally:
+        running.stop()
+        slow.remove()
+
+
 def test_int8_serving_prints_its_agreement_and_stays_close(hub, tmp_path, capsys):
     ckpt = save(tmp_path / "ckpt", hub.model, hub.tokenizer)
     int8 = load_hub(ServeOptions(str(ckpt), int8=True, max_batch_tokens=512))
@@ -182,13 +237,13 @@ def test_int8_serving_prints_its_agreement_and_stays_close(hub, tmp_path, capsys
     assert int8.batch_tokens == 512 and int8.fill_mask(FILL, topk=1)[0][2] == " Paris"
     with pytest.raises(UserError, match="holds no int8 graphs|not an ONNX export"):
         load_hub(ServeOptions(str(ckpt), runtime="onnx", int8=True))
-    with pytest.raises(UserError, match="--max-wait-ms must be 0 or more"):
+    with pytest.raises(UserError, match="field 'max_wait_ms' must be at least 0, not -1"):
         make_app(ServeOptions(str(ckpt), max_wait_ms=-1), hub)
 
 
 def run_jobs(batcher: Batcher, jobs: list[tuple], timeout: float = 10) -> list:
     async def main():
-        futures = [batcher.submit(key, items, len(items)) for key, items in jobs]
+        futures = [batcher.submit(key, items, [1] * len(items)) for key, items in jobs]
         return await asyncio.gather(*(asyncio.wait_for(f, timeout) for f in futures), return_exceptions=True)
 
     return asyncio.run(main())
@@ -227,9 +282,9 @@ def test_a_request_that_times_out_frees_its_slot():
     batcher = Batcher(run, max_batch_tokens=1, max_wait_s=0)
 
     async def main():
-        first = batcher.submit("k", ["first"], 1)  # occupies the worker
+        first = batcher.submit("k", ["first"], [1])  # occupies the worker
         await asyncio.sleep(0.1)
-        late = batcher.submit("k", ["late"], 1)
+        late = batcher.submit("k", ["late"], [1])
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(late, 0.1)  # cancels it
         release.set()

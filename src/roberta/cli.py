@@ -822,55 +822,19 @@ def _serve(p: argparse.ArgumentParser) -> Handler:
 
     Serves /fill-mask, /embed, /predict, /answer, /v1/embeddings (OpenAI's form), /health and /info,
     and a page at / to try them. Requests that arrive together run as length-sorted batches through
-    the hub's calls (the same answers as one-by-one calls). Binds to 127.0.0.1: --host 0.0.0.0
-    exposes the server to the network, and it has no authentication. SIGTERM or Ctrl-C stops it
-    after answering the requests in flight.
+    the hub's calls (the same answers as one-by-one calls). A request asking for more than
+    --max-items, --max-request-tokens or --max-answers gets 413 naming the limit. Binds to
+    127.0.0.1: --host 0.0.0.0 exposes the server to the network, and it has no authentication.
+    SIGTERM or Ctrl-C stops it after answering the requests in flight.
     """
-    p.add_argument(
-        "checkpoint", help="our checkpoint, an HF or fairseq directory; with --runtime onnx an export"
-    )
-    p.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
-    )
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    p.add_argument(
-        "--runtime",
-        choices=["torch", "onnx"],
-        default="torch",
-        help="torch (default), or onnx: a directory written by `roberta export --to onnx`",
-    )
-    p.add_argument(
-        "--int8",
-        action="store_true",
-        help="CPU: int8 Linear layers (torch: printing the agreement with fp32 first; onnx: the export's "
-        "int8 graphs)",
-    )
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=2048,
-        help="tokens a batch takes from the queue, and padded tokens per forward pass (default 2048)",
-    )
-    p.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=0.0,
-        help="how long the first queued request waits for others to share its batch (default 0: run "
-        "what has arrived; requests arriving meanwhile form the next batch)",
-    )
-    p.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds before a request gets 504 (default 60)"
-    )
-    p.add_argument("--max-body-kb", type=int, default=1024, help="largest request body in KiB (default 1024)")
+    from roberta.serve.options import add_to_parser, from_arguments
+
+    add_to_parser(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.serve.app import Limits
-        from roberta.serve.server import ServeOptions, serve
+        from roberta.serve.server import serve
 
-        limits = Limits(max_body_bytes=args.max_body_kb << 10, timeout_s=args.timeout)
-        names = ("checkpoint", "host", "port", "runtime", "int8", "device", "max_batch_tokens", "max_wait_ms")
-        serve(ServeOptions(**{name: getattr(args, name) for name in names}, limits=limits))
+        serve(from_arguments(args))
 
     return run
 
@@ -1000,7 +964,7 @@ def _probe(p: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> None:
         from roberta.probe import TASKS, probe
 
-        tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks else TASKS
+        tasks = TASKS if args.tasks is None else tuple(t.strip() for t in args.tasks.split(",") if t.strip())
         probe(args.run, args.glue, tasks, args.seeds, args.checkpoints, args.limit, not args.no_progress)
         print(f"{args.run}/probe: probe.json, probe.md, probe.png")
 

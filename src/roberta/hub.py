@@ -345,7 +345,7 @@ class Roberta(nn.Module):
         or longer than the model's positions)."""
         count = text.count(MASK)
         if count != 1:
-            raise UserError(f"fill_mask needs exactly one {MASK} in the text, found {count}: {text!r}")
+            raise UserError(f"fill_mask needs exactly one {MASK} in the text, found {count}: {_quote(text)}")
         before, after = text.split(MASK)
         t = self.tokenizer
         ids = [
@@ -358,7 +358,7 @@ class Roberta(nn.Module):
         if len(ids) > self.max_seq_len:
             raise UserError(
                 f"fill_mask text of {len(ids)} tokens is longer than the model's {self.max_seq_len} "
-                f"positions: {text[:60]!r}..."
+                f"positions: {_quote(text)}"
             )
         return torch.tensor(ids, dtype=torch.long)
 
@@ -468,6 +468,11 @@ def _question_context_pairs(question, context) -> tuple[list[str], list[str]]:
             f"or one string for all)"
         )
     return questions, [_text(f"context[{i}]", c, blank=True) for i, c in enumerate(context)]
+
+
+def _quote(text: str) -> str:
+    """A text as an error message quotes it: its start, never a whole document."""
+    return repr(text) if len(text) <= 60 else f"{text[:60]!r}..."
 
 
 def _text(argument: str, value, blank: bool = False) -> str:

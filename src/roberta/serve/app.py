@@ -1,8 +1,10 @@
 """The HTTP application: routes, the request body's size limit, and one-line JSON errors.
 
 Every refusal is `{"error": "<one line>"}` with a 4xx status (5xx only for what is the server's
-own fault: a full queue, a timeout, a bug), and none of them stops the server: the worker thread
-catches what a model call raises and hands it to the requests that made it.
+own fault: a full queue, a timeout, a bug), at most `MESSAGE_CHARS` long whatever the request
+held, and none of them stops the server: the worker thread catches what a model call raises and
+hands it to the requests that made it. Decoding a body, checking and encoding it, and writing a
+large answer run on worker threads, never on the event loop, so /health answers meanwhile.
 """
 
 from __future__ import annotations
@@ -11,37 +13,27 @@ import asyncio
 import json
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from importlib.resources import files
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from roberta.errors import UserError
 from roberta.hub import Roberta
 from roberta.serve import endpoints
 from roberta.serve.batcher import Batcher, QueueFull
+from roberta.serve.endpoints import Refused
+from roberta.serve.options import ServeOptions
+
+MESSAGE_CHARS = 300  # an error quotes at most this much: a 1 MB body never becomes a 1 MB message
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_body_bytes: int = 1 << 20
-    timeout_s: float = 60.0
-
-
-class Refused(Exception):
-    """A request refused with an HTTP status and a one-line reason."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-async def read_json(request: Request, limit: int) -> dict:
-    """The body as a JSON object, read no further than `limit` bytes (413 past it)."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, read no further than `limit` bytes (413 past it)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise Refused(413, f"request body of {declared} bytes is over the limit of {limit}")
@@ -50,10 +42,17 @@ async def read_json(request: Request, limit: int) -> dict:
         body += chunk
         if len(body) > limit:
             raise Refused(413, f"request body over the limit of {limit} bytes")
+    return bytes(body)
+
+
+def json_object(body: bytes) -> dict:
+    """The body as a JSON object (UserError: malformed, nested past Python's recursion, not an object)."""
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise UserError("malformed JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise UserError(f"expected a JSON object, got {type(value).__name__}")
     return value
@@ -66,7 +65,8 @@ async def _disconnected(request: Request) -> None:
 
 
 async def wait_for(request: Request, future: asyncio.Future, timeout_s: float) -> list:
-    """The job's results; on a timeout or a disconnect the job is cancelled, freeing its slot."""
+    """The job's results; on a timeout or a disconnect the job is cancelled: not yet run, it never
+    runs; running, its items left are dropped after the forward pass in progress."""
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         done, _ = await asyncio.wait({future, gone}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
@@ -81,7 +81,15 @@ async def wait_for(request: Request, future: asyncio.Future, timeout_s: float) -
 
 
 def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(str(message).split())}, status_code=status)
+    line = " ".join(str(message).split())
+    if len(line) > MESSAGE_CHARS:
+        line = line[: MESSAGE_CHARS - 1] + "…"
+    return JSONResponse({"error": line}, status_code=status)
+
+
+def _json_bytes(answer: dict) -> bytes:
+    # Starlette's JSONResponse rendering, made here so that it can run on a worker thread.
+    return json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 async def _on_error(request: Request, e: Exception) -> JSONResponse:
@@ -96,16 +104,20 @@ async def _on_error(request: Request, e: Exception) -> JSONResponse:
     return error(500, f"{type(e).__name__}: {e}")
 
 
-def build_app(
-    hub: Roberta, batcher: Batcher, info: Callable[[], dict], limits: Limits = Limits()
-) -> Starlette:
-    """The application serving `hub` through `batcher`; `info()` is what GET /info answers."""
+def build_app(hub: Roberta, batcher: Batcher, info: Callable[[], dict], options: ServeOptions) -> Starlette:
+    """The application serving `hub` through `batcher` within `options`' limits; `info()` is what
+    GET /info answers."""
 
     def endpoint(parse, respond):
-        async def handle(request: Request) -> JSONResponse:
-            parsed = parse(hub, await read_json(request, limits.max_body_bytes))
-            future = batcher.submit(parsed.key, parsed.items, parsed.tokens)
-            return JSONResponse(respond(await wait_for(request, future, limits.timeout_s), parsed))
+        def check(body: bytes) -> endpoints.Parsed:
+            return parse(hub, json_object(body), options)
+
+        async def handle(request: Request) -> Response:
+            parsed = await run_in_threadpool(check, await read_body(request, options.max_body_bytes))
+            future = batcher.submit(parsed.key, parsed.items, parsed.lengths)
+            results = await wait_for(request, future, options.timeout)
+            content = await run_in_threadpool(lambda: _json_bytes(respond(results, parsed)))
+            return Response(content, media_type="application/json")
 
         return handle
 

@@ -1,7 +1,7 @@
 """The dynamic batcher: requests queue, one worker thread takes what has arrived and runs it together.
 
 A request is a `Job`: a key (what to run: the endpoint and the options that must be equal within
-one hub call, e.g. ("embed", layer, pool)), its items (texts or token ids) and their token count.
+one hub call, e.g. ("embed", layer, pool)), its items (texts or token ids) and each one's tokens.
 The worker takes every job that has arrived, up to `max_batch_tokens` tokens, waiting up to
 `max_wait` for more only when fewer have arrived; jobs that arrive while it runs form the next
 round, so under load batches grow by themselves and an idle server runs a request at once (the
@@ -11,7 +11,10 @@ slice of the results back, in order.
 
 The worker is a thread, not a coroutine: a forward pass holds no GIL for its matrix products, so
 the event loop keeps parsing requests while the model runs. A job whose caller stopped waiting
-(timeout, disconnect) is dropped before it runs, freeing its place in the queue.
+(timeout, disconnect) is dropped before it runs, freeing its place in the queue; once running, a
+round's items go to `run` in length-sorted slices of at most `max_batch_tokens` padded tokens
+(one forward pass each, the hub's own batching), and an abandoned job's items are dropped from
+the slices not yet run. So a request that timed out costs at most the forward pass in progress.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+
+from roberta.batching import length_batches
 
 # What the worker calls: (key, every item of the round's jobs with that key) -> one result per item.
 Run = Callable[[Hashable, list], Sequence]
@@ -35,10 +40,14 @@ class QueueFull(Exception):
 class Job:
     key: Hashable
     items: list
-    tokens: int
+    lengths: list[int]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
 
     def abandoned(self) -> bool:
         return self.future.done()  # cancelled by a timeout or a disconnect
@@ -79,10 +88,11 @@ class Batcher:
         self._worker = threading.Thread(target=self._work, name="batcher", daemon=True)
         self._worker.start()
 
-    def submit(self, key: Hashable, items: list, tokens: int) -> asyncio.Future:
-        """Queue a job from the event loop; its future gets one result per item, in order."""
+    def submit(self, key: Hashable, items: list, lengths: list[int]) -> asyncio.Future:
+        """Queue a job from the event loop (`lengths`: each item's tokens); its future gets one
+        result per item, in order."""
         loop = asyncio.get_running_loop()
-        job = Job(key, items, tokens, loop.create_future(), loop)
+        job = Job(key, items, lengths, loop.create_future(), loop)
         with self._ready:
             if self._closing:
                 raise QueueFull("the server is shutting down")
@@ -135,23 +145,41 @@ class Batcher:
                 self._run_group(key, [j for j in group if not j.abandoned()])
 
     def _run_group(self, key: Hashable, jobs: list[Job]) -> None:
-        if not jobs:
-            return
-        items = [item for job in jobs for item in job.items]
+        """`jobs`' items through `run` a forward pass's worth at a time, each job answered once its
+        last item has run; the items of a job abandoned meanwhile are not run."""
+        places = [(job, i) for job in jobs for i in range(len(job.items))]
+        results = {id(job): [None] * len(job.items) for job in jobs}
+        left = {id(job): len(job.items) for job in jobs}
+        failed: set[int] = set()
+        for batch in length_batches([job.lengths[i] for job, i in places], self.max_batch_tokens):
+            batch = [places[p] for p in batch if id(places[p][0]) not in failed]
+            batch = [(job, i) for job, i in batch if not job.abandoned()]
+            if not batch:
+                continue
+            for job, error in self._run_slice(key, batch, results):
+                failed.add(id(job))
+                job.resolve(None, error)
+            for job, _ in batch:
+                left[id(job)] -= 1
+                if left[id(job)] == 0 and id(job) not in failed:
+                    job.resolve(results[id(job)], None)
+                    self.stats.jobs += 1
+
+    def _run_slice(self, key: Hashable, batch: list[tuple[Job, int]], results: dict) -> list:
+        """One `run` call over `batch`'s items, results stored by job; the (job, error) pairs of
+        jobs that failed it."""
         try:
-            results = list(self.run(key, items))
+            out = list(self.run(key, [job.items[i] for job, i in batch]))
         except Exception as e:  # noqa: BLE001 - handed to the waiting requests, never kills the worker
-            if len(jobs) > 1:
-                # Requests are checked one by one before they queue; should one still fail the shared
-                # call, each runs alone, so that only its own request gets the error.
-                for job in jobs:
-                    self._run_group(key, [job])
-                return
-            jobs[0].resolve(None, e)
-        else:
-            start = 0
-            for job in jobs:
-                job.resolve(results[start : start + len(job.items)], None)
-                start += len(job.items)
+            jobs = list({id(job): job for job, _ in batch}.values())
+            if len(jobs) == 1:
+                return [(jobs[0], e)]
+            # Requests are checked one by one before they queue; should one still fail the shared
+            # call, each runs alone, so that only its own request gets the error.
+            return [
+                f for job in jobs for f in self._run_slice(key, [p for p in batch if p[0] is job], results)
+            ]
         self.stats.calls += 1
-        self.stats.jobs += len(jobs)
+        for (job, i), result in zip(batch, out):
+            results[id(job)][i] = result
+        return []

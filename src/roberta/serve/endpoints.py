@@ -2,8 +2,11 @@
 
 `parse_*` checks one request's body on its own (a UserError names the field) and encodes it, so
 a bad request is refused before it joins a batch and never fails the requests batched with it.
-`run` is the batcher's call: every item of a round with one key through one hub list call (the
-hub sorts by length and pads per batch), so an answer is the one-by-one hub call's, to rounding.
+A request asking for more than the server's bounds (`ServeOptions.max_items`,
+`max_request_tokens`, `max_answers`) is refused with 413 naming the bound, before it is encoded
+where the count alone decides. `run` is the batcher's call: items of one key through one hub list
+call (the hub sorts by length and pads per batch), so an answer is the one-by-one hub call's, to
+rounding.
 """
 
 from __future__ import annotations
@@ -15,15 +18,50 @@ import torch
 
 from roberta.errors import UserError
 from roberta.hub import Roberta
+from roberta.serve.options import ServeOptions
+
+
+class Refused(Exception):
+    """A request refused with an HTTP status other than 400, and a one-line reason."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
 class Parsed:
-    """One request, ready for the batcher: what to run (`key`), on which items, at what cost."""
+    """One request, ready for the batcher: what to run (`key`), on which items, each item's tokens."""
 
     key: Hashable
     items: list
-    tokens: int
+    lengths: list[int]
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+
+def _over(what: str, count: int, limit: int, option: str) -> Refused:
+    return Refused(413, f"{what}: {count}, over the server's limit of {limit} per request (--{option})")
+
+
+def _bounded(parsed: Parsed, options: ServeOptions) -> Parsed:
+    if parsed.tokens > options.max_request_tokens:
+        raise _over("tokens", parsed.tokens, options.max_request_tokens, "max-request-tokens")
+    return parsed
+
+
+def _text_value(value: str, name: str) -> str:
+    """`value` if it is text that can be encoded: JSON can spell a lone surrogate (\\ud800), which is
+    no character and no tokenizer takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(
+            f"field {name}: not valid Unicode text (a lone surrogate at character {e.start})"
+        ) from None
+    return value
 
 
 def _field(body: dict, name: str, kind: type, default=None, required: bool = False):
@@ -37,26 +75,29 @@ def _field(body: dict, name: str, kind: type, default=None, required: bool = Fal
         kinds = kind if isinstance(kind, tuple) else (kind,)
         expected = " or ".join(k.__name__ for k in kinds)
         raise UserError(f"field {name!r}: expected {expected}, got {type(value).__name__}")
-    return value
+    return _text_value(value, repr(name)) if isinstance(value, str) else value
 
 
-def _texts(body: dict, name: str = "text", required: bool = True) -> list[str] | None:
-    """A string, or a non-empty list of strings, as a list."""
+def _texts(body: dict, options: ServeOptions, name: str = "text", required: bool = True) -> list[str] | None:
+    """A string, or a non-empty list of at most `max_items` strings, as a list."""
     if name not in body and not required:
         return None
     value = _field(body, name, (str, list), required=True)
     texts = [value] if isinstance(value, str) else value
     if not texts:
         raise UserError(f"field {name!r}: an empty list")
+    if len(texts) > options.max_items:
+        raise _over(f"field {name!r}: items", len(texts), options.max_items, "max-items")
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise UserError(f"field {name!r}[{i}]: expected str, got {type(text).__name__}")
+        _text_value(text, f"{name!r}[{i}]")
     return texts
 
 
-def _ids(hub: Roberta, body: dict) -> list[torch.Tensor]:
-    texts = _texts(body)
-    pairs = _texts(body, "pair", required=False)
+def _ids(hub: Roberta, body: dict, options: ServeOptions) -> list[torch.Tensor]:
+    texts = _texts(body, options)
+    pairs = _texts(body, options, "pair", required=False)
     if pairs is not None and len(pairs) != len(texts):
         raise UserError(f"field 'pair': {len(pairs)} pairs for {len(texts)} texts")
     return hub.encode_batch(texts, pairs, truncate=_field(body, "truncate", bool, False))
@@ -68,38 +109,46 @@ def _only_head(hub: Roberta, kind: str, fallback: str) -> str:
     return names[0] if len(names) == 1 else fallback
 
 
-def parse_fill_mask(hub: Roberta, body: dict) -> Parsed:
-    texts = _texts(body)
+def _answer_rows(topk: int, items: int, options: ServeOptions) -> None:
+    if topk * items > options.max_answers:
+        what = f"answer rows (topk {topk} x {items} item{'s' * (items > 1)})"
+        raise _over(what, topk * items, options.max_answers, "max-answers")
+
+
+def parse_fill_mask(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
+    texts = _texts(body, options)
     topk = _field(body, "topk", int, 5)
     hub.check_fill_mask(topk)
+    _answer_rows(topk, len(texts), options)
     lengths = [len(hub.encode_masked(text)) for text in texts]
-    return Parsed(("fill-mask", topk), texts, sum(lengths))
+    return _bounded(Parsed(("fill-mask", topk), texts, lengths), options)
 
 
-def parse_embed(hub: Roberta, body: dict) -> Parsed:
+def parse_embed(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     layer, pool = _field(body, "layer", int, -1), _field(body, "pool", str, "cls")
     hub.check_embed(layer, pool)
-    ids = _ids(hub, body)
-    return Parsed(("embed", layer, pool), ids, sum(map(len, ids)))
+    ids = _ids(hub, body, options)
+    return _bounded(Parsed(("embed", layer, pool), ids, list(map(len, ids))), options)
 
 
-def parse_openai_embeddings(hub: Roberta, body: dict) -> Parsed:
+def parse_openai_embeddings(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     """OpenAI's request (`input`: a string or a list of strings; `model` is ignored: one is served)."""
     if _field(body, "encoding_format", str, "float") != "float":
         raise UserError("field 'encoding_format': only 'float' is served")
-    return parse_embed(hub, {**body, "text": _field(body, "input", (str, list), required=True)})
+    value = _field(body, "input", (str, list), required=True)
+    return parse_embed(hub, {**body, "text": value}, options)
 
 
-def parse_predict(hub: Roberta, body: dict) -> Parsed:
+def parse_predict(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     head = _field(body, "head", str, _only_head(hub, "classification", ""))
     if not head:
         raise UserError("field 'head' is required: the checkpoint has several classification heads, or none")
     hub.head(head, "classification")
-    ids = _ids(hub, body)
-    return Parsed(("predict", head), ids, sum(map(len, ids)))
+    ids = _ids(hub, body, options)
+    return _bounded(Parsed(("predict", head), ids, list(map(len, ids))), options)
 
 
-def parse_answer(hub: Roberta, body: dict) -> Parsed:
+def parse_answer(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     question = _field(body, "question", str, required=True)
     context = _field(body, "context", str, required=True)
     if not question.strip():
@@ -109,10 +158,11 @@ def parse_answer(hub: Roberta, body: dict) -> Parsed:
     topk = _field(body, "topk", int, 1)
     if topk < 1:
         raise UserError(f"field 'topk': {topk} out of range, give 1 or more")
+    _answer_rows(topk, 1, options)
     head = _field(body, "head", str, _only_head(hub, "span", "squad"))
     hub.head(head, "span")
     tokens = len(hub.tokenizer.encode(question, context))
-    return Parsed(("answer", head, topk), [(question, context)], tokens)
+    return _bounded(Parsed(("answer", head, topk), [(question, context)], [tokens]), options)
 
 
 def run(hub: Roberta, key: tuple, items: list) -> Sequence:

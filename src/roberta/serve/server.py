@@ -1,13 +1,14 @@
 """`roberta serve`: a checkpoint (or an ONNX export) behind the batcher and the HTTP application.
 
-uvicorn runs the application; on SIGTERM or Ctrl-C it stops accepting connections, waits for the
-requests in flight to be answered, then the application's shutdown lets the batcher finish what
-is queued.
+The options are checked, then the address bound (a port in use or a host that does not resolve is
+one error line, before anything loads), then the model loaded. uvicorn runs the application on
+that socket; on SIGTERM or Ctrl-C it stops accepting connections, waits for the requests in
+flight to be answered, then the application's shutdown lets the batcher finish what is queued.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import socket
 from pathlib import Path
 
 import torch
@@ -15,34 +16,31 @@ import torch
 from roberta.errors import UserError
 from roberta.hub import Roberta, check_device, load
 from roberta.serve import endpoints
-from roberta.serve.app import Limits, build_app
+from roberta.serve.app import build_app
 from roberta.serve.batcher import Batcher
+from roberta.serve.options import ServeOptions, check
 
-RUNTIMES = ("torch", "onnx")
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    checkpoint: str
-    host: str = "127.0.0.1"
-    port: int = 8080
-    runtime: str = "torch"
-    int8: bool = False
-    device: str = "cpu"
-    max_batch_tokens: int = 2048
-    max_wait_ms: float = 0.0
-    limits: Limits = Limits()
+__all__ = ["ServeOptions", "listen", "load_hub", "make_app", "serve"]
 
 
-def check_options(options: ServeOptions) -> None:
-    if options.runtime not in RUNTIMES:
-        raise UserError(f"runtime {options.runtime!r} unknown; choose one of {', '.join(RUNTIMES)}")
-    if options.max_batch_tokens < 1:
-        raise UserError(f"--max-batch-tokens must be at least 1, not {options.max_batch_tokens}")
-    if options.max_wait_ms < 0:
-        raise UserError(f"--max-wait-ms must be 0 or more, not {options.max_wait_ms}")
-    if not 0 <= options.port <= 65535:
-        raise UserError(f"--port {options.port} out of range 0..65535")
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (`host`, `port`), as uvicorn would bind it (UserError: a host that does not
+    resolve, an address in use or not this machine's, a port that needs privileges)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as e:
+        raise UserError(f"--host {host!r}: cannot be resolved ({e.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def load_hub(options: ServeOptions) -> Roberta:
@@ -110,6 +108,13 @@ def describe(hub: Roberta, options: ServeOptions, batcher: Batcher) -> dict:
         "heads": heads,
         "tokenizer": {"kind": t.kind, "vocab_size": t.vocab_size, "fingerprint": t.fingerprint()},
         "batching": {"max_batch_tokens": batcher.max_batch_tokens, "max_wait_ms": batcher.max_wait_s * 1e3},
+        "limits": {
+            "max_body_kb": options.max_body_kb,
+            "max_items": options.max_items,
+            "max_request_tokens": options.max_request_tokens,
+            "max_answers": options.max_answers,
+            "timeout_s": options.timeout,
+        },
     }
 
 
@@ -134,16 +139,14 @@ def _can_fill_mask(hub: Roberta) -> bool:
 
 def make_app(options: ServeOptions, hub: Roberta | None = None):
     """The application for `options` (and its batcher): a test passes a hub already loaded."""
-    check_options(options)
+    check(options)
     hub = hub if hub is not None else load_hub(options)
     forward_passes = count_forward_passes(hub)
     batcher = Batcher(
         lambda key, items: endpoints.run(hub, key, items), options.max_batch_tokens, options.max_wait_ms / 1e3
     )
     static = describe(hub, options, batcher)
-    app = build_app(
-        hub, batcher, lambda: {**static, "counts": counts(batcher, forward_passes)}, options.limits
-    )
+    app = build_app(hub, batcher, lambda: {**static, "counts": counts(batcher, forward_passes)}, options)
     return app, batcher
 
 
@@ -151,6 +154,13 @@ def serve(options: ServeOptions) -> None:
     """Serve until SIGTERM / Ctrl-C (graceful: requests in flight are answered)."""
     import uvicorn
 
-    app, _ = make_app(options)
-    print(f"roberta serve: http://{options.host}:{options.port}/ ({options.runtime}, batching by length)")
-    uvicorn.run(app, host=options.host, port=options.port, log_level="warning", access_log=False)
+    check(options)
+    sock = listen(options.host, options.port)
+    try:
+        app, _ = make_app(options)
+        port = sock.getsockname()[1]
+        print(f"roberta serve: http://{options.host}:{port}/ ({options.runtime}, batching by length)")
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
