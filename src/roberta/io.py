@@ -52,14 +52,32 @@ def atomic_directory(dst: str | Path, replace_if: tuple[str, ...] = CHECKPOINT_M
 
 
 def publish_directory(tmp: Path, dst: Path) -> None:
-    """Rename the finished directory `tmp` onto `dst`, replacing an existing `dst` directory whole."""
+    """Rename the finished directory `tmp` onto `dst`, replacing an existing `dst` directory whole.
+    On failure `dst` is as it was, nothing is left beside it, and the error names `dst`."""
     if not dst.exists():
-        os.replace(tmp, dst)
+        _rename(tmp, dst, dst)
         return
     old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-    os.replace(dst, old / dst.name)
-    os.replace(tmp, dst)
+    try:
+        _rename(dst, old / dst.name, dst)
+    except OSError:
+        old.rmdir()
+        raise
+    try:
+        _rename(tmp, dst, dst)
+    except OSError:
+        os.replace(old / dst.name, dst)  # the old directory back where it was
+        old.rmdir()
+        raise
     shutil.rmtree(old)
+
+
+def _rename(src: Path, dst: Path, named: Path) -> None:
+    """os.replace, its error naming `named` (the user's path), not a temporary name."""
+    try:
+        os.replace(src, dst)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(named)) from None
 
 
 def make_temporary_directory(dst: Path) -> Path:

@@ -13,6 +13,7 @@ printing how closely it agrees with fp32 as `--int8` does; it is not held to the
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from pathlib import Path
 
@@ -131,8 +132,11 @@ def check(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], tolera
     """One line of each output's largest difference; a UserError above `tolerance`."""
     differences = {name: float((ours[name].float() - theirs[name].float()).abs().max()) for name in ours}
     line = ", ".join(f"{name} {d:.2e}" for name, d in differences.items())
-    worst = max(differences, key=differences.get)
-    if differences[worst] > tolerance:
+    # A NaN difference (an output that is not a number) counts as the worst, and fails.
+    worst = max(
+        differences, key=lambda name: math.inf if math.isnan(differences[name]) else differences[name]
+    )
+    if not differences[worst] <= tolerance:
         raise UserError(
             f"ONNX outputs differ from ours by up to {differences[worst]:.3g} ({worst}), over the "
             f"tolerance {tolerance:g}: {line}"
@@ -171,6 +175,9 @@ def quantize(directory: Path, graphs: dict[str, Path]) -> None:
 def export_onnx(checkpoint: str | Path, out: str | Path, int8: bool = False, tolerance: float = 1e-4) -> Path:
     """Export the checkpoint at `checkpoint` (ours, HF or fairseq) to the directory `out`, checked."""
     from roberta.convert import load_any
+
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
+        raise UserError(f"--tolerance must be a finite number of 0 or more, not {tolerance}")
 
     model, tokenizer = load_any(Path(checkpoint), "cpu")
     if tokenizer is None:

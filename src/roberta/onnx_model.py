@@ -38,12 +38,19 @@ def hidden_names(config: RobertaConfig) -> list[str]:
 
 
 def session(path: Path, threads: int):
-    """An onnxruntime CPU session of the graph at `path`, on `threads` threads."""
+    """An onnxruntime CPU session of the graph at `path`, on `threads` threads (UserError: the
+    graph is missing or onnxruntime cannot read it, as in a damaged or half-copied export)."""
     import onnxruntime as ort
 
+    if not path.is_file():
+        raise UserError(f"{path}: missing: the export is incomplete (export it again)")
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for damaged graphs
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{path}: not a readable ONNX graph ({reason})") from None
 
 
 def run_graph(graph, inputs: dict[str, torch.Tensor], outputs: list[str] | None = None) -> list[torch.Tensor]:
@@ -128,7 +135,17 @@ def read_manifest(directory: Path) -> dict:
         raise UserError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UserError(f"{path}: not an export of this version ({FORMAT})")
+    for field, kind in (("config", dict), ("heads", dict), ("lm_head", bool)):
+        if not isinstance(manifest.get(field), kind):
+            got = "missing" if field not in manifest else f"a {type(manifest[field]).__name__}"
+            raise UserError(f"{path}: field {field!r} must be a JSON {_JSON[kind]}, not {got}")
+    for name, spec in manifest["heads"].items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+            raise UserError(f"{path}: field 'heads.{name}' must be an object with a 'kind'")
     return manifest
+
+
+_JSON = {dict: "object", bool: "true or false"}
 
 
 def load_onnx(directory: str | Path, int8: bool = False, threads: int = 1) -> tuple[OnnxModel, Tokenizer]:
