@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import refusals
 from data_fixtures import glue_slice
 from roberta import probe as probe_module
 from roberta.cli import main
@@ -116,14 +117,43 @@ def test_a_probed_run_resumes_and_its_new_checkpoint_adds_one_row(run, micro_cor
 
 def test_probe_refuses_what_it_cannot_do_before_training(run, capsys, tmp_path):
     directory, glue = run
+    copy, bad_glue = tmp_path / "run", tmp_path / "glue"
+    shutil.copytree(directory, copy, ignore=shutil.ignore_patterns("probe"))
+    shutil.copytree(glue, bad_glue)
+    # A label SST-2 does not know, on the first example's line; STS-B without its training file.
+    lines = (bad_glue / "SST-2" / "train.tsv").read_text().splitlines(keepends=True)
+    lines[1] = lines[1].rsplit("\t", 1)[0] + "\t7\n"
+    (bad_glue / "SST-2" / "train.tsv").write_text("".join(lines))
+    (bad_glue / "STS-B" / "train.tsv").unlink()
+    finetuned = tmp_path / "finetuned"
+    shutil.copytree(directory, finetuned, ignore=shutil.ignore_patterns("probe"))
+    job = json.loads((finetuned / "job.json").read_text())
+    (finetuned / "job.json").write_text(json.dumps({"job": job["job"], "task": "RTE", "labels": ["0", "1"]}))
     cases = [
-        (["--checkpoints", "step-00000099"], "has no step-00000099"),
-        (["--seeds", "0"], "--seeds must be at least 1"),
-        (["--tasks", "SST-2,QQP"], "QQP"),
+        (copy, glue, ["--checkpoints", "step-00000099"], "has no step-00000099"),
+        (copy, glue, ["--seeds", "0"], "--seeds must be at least 1"),
+        (copy, glue, ["--tasks", "SST-2,QQP"], "QQP"),
+        (copy, glue, ["--tasks", ","], "--tasks names no task"),
+        (copy, glue, ["--tasks", "STS-B,SST-2,STS-B"], "--tasks names STS-B twice"),
+        (copy, bad_glue, ["--tasks", "SST-2"], "train.tsv:2: label '7'"),
+        (finetuned, glue, [], "a fine-tuning run (RTE), not a pretraining run"),
+        (tmp_path / "empty", glue, [], "no job.json"),
     ]
-    for extra, cause in cases:
-        assert main(["probe", str(directory), "--glue", str(glue), *PROBE, *extra]) == 2
+    (tmp_path / "empty").mkdir()
+    for run_dir, glue_dir, extra, cause in cases:
+        before = refusals.snapshot(tmp_path)
+        assert main(["probe", str(run_dir), "--glue", str(glue_dir), *PROBE, *extra]) == 2
         err = capsys.readouterr().err.splitlines()
-        assert len(err) == 1 and cause in err[0], err
-    assert main(["probe", str(tmp_path), "--glue", str(glue), *PROBE]) == 2
-    assert "no checkpoints" in capsys.readouterr().err
+        assert len(err) == 1 and cause in err[0], (extra, err)
+        assert refusals.snapshot(tmp_path) == before, extra  # no random init, no probe/ folder
+    for record in (
+        {"rows": []},
+        {"rows": {"random-init": {"step": 0, "tokens": 0, "tasks": {"SST-2": [1]}}}},
+    ):
+        (copy / "probe").mkdir(exist_ok=True)
+        (copy / "probe" / "probe.json").write_text(json.dumps(record))
+        before = refusals.snapshot(tmp_path)
+        assert main(["probe", str(copy), "--glue", str(glue), *PROBE]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "probe.json: field 'rows" in err[0], err
+        assert refusals.snapshot(tmp_path) == before

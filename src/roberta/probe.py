@@ -72,16 +72,19 @@ def probe(
     from roberta.tasks.glue import get_task
 
     run, glue = Path(run), Path(glue)
-    chosen = [get_task(name) for name in tasks]
+    chosen = [get_task(name) for name in _task_names(tasks)]
     if seeds < 1:
         raise UserError(f"--seeds must be at least 1, not {seeds}")
     if limit is not None and limit < 2:
         raise UserError(f"--limit must be at least 2 examples, not {limit}")
+    per_step = _pretraining_tokens_per_step(run)
+    found = _chosen_checkpoints(run, checkpoints)
     data = {task.name: _read_task(task, glue, min(limit or math.inf, RECIPE.examples)) for task in chosen}
-    sts = _read_task(get_task("STS-B"), glue, None)[2]["dev"][0] if (glue / "STS-B").is_dir() else None
+    sts = _sts_dev(glue)
     out = run / "probe"
-    record = read_json(out / "probe.json") if (out / "probe.json").is_file() else {"rows": {}}
-    rows = _rows(run, checkpoints)
+    record = _read_record(out / "probe.json")
+    # Everything is checked: only now is anything written (the random init first).
+    rows = _rows(run, found, per_step)
     cells = [(row, task, seed) for row in rows for task in chosen for seed in range(1, seeds + 1)]
     todo = [c for c in cells if str(c[2]) not in _cell(record, c[0], c[1].name)]
     with tqdm(total=len(cells), initial=len(cells) - len(todo), desc="probe", disable=not progress) as bar:
@@ -102,26 +105,78 @@ def probe(
     return record
 
 
-def _rows(run: Path, which: str) -> list[Row]:
-    """The random init first, then the run's chosen checkpoints in step order."""
+def _task_names(tasks: tuple[str, ...]) -> tuple[str, ...]:
+    if not tasks:
+        raise UserError("--tasks names no task")
+    twice = sorted({t for t in tasks if tasks.count(t) > 1})
+    if twice:
+        raise UserError(f"--tasks names {twice[0]} twice")
+    return tasks
+
+
+def _pretraining_tokens_per_step(run: Path) -> int:
+    """Sequences x their length per step of the pretraining run `run` (UserError: not one)."""
+    path = run / "job.json"
+    if not path.is_file():
+        raise UserError(f"{run}: no job.json: not a run directory of `roberta pretrain`")
+    recorded = read_json(path)
+    if "task" in recorded:
+        raise UserError(f"{run}: a fine-tuning run ({recorded['task']}), not a pretraining run")
+    job = recorded.get("job")
+    try:
+        per_step = job["train"]["batch_size"] * job["data"]["seq_len"]
+    except (KeyError, TypeError):
+        per_step = None
+    if type(per_step) is not int or "data" not in recorded:
+        raise UserError(f"{path}: not the job of a pretraining run (no train.batch_size and data.seq_len)")
+    return per_step
+
+
+def _chosen_checkpoints(run: Path, which: str) -> list[Path]:
     found = run_state.list_checkpoints(run)
     if not found:
         raise UserError(f"{run}: no checkpoints under {run / 'checkpoints'} (a pretraining run directory?)")
     if which == "last":
-        found = found[-1:]
-    elif which != "all":
-        names = {name.strip() for name in which.split(",")}
-        missing = sorted(names - {p.name for p in found})
-        if missing:
-            raise UserError(
-                f"--checkpoints: {run} has no {missing[0]} (it has {', '.join(p.name for p in found)})"
-            )
-        found = [p for p in found if p.name in names]
-    job = read_json(run / "job.json")["job"]
-    per_step = job["train"]["batch_size"] * job["data"]["seq_len"]
+        return found[-1:]
+    if which == "all":
+        return found
+    names = {name.strip() for name in which.split(",")}
+    missing = sorted(names - {p.name for p in found})
+    if missing:
+        raise UserError(
+            f"--checkpoints: {run} has no {missing[0]} (it has {', '.join(p.name for p in found)})"
+        )
+    return [p for p in found if p.name in names]
+
+
+def _rows(run: Path, found: list[Path], per_step: int) -> list[Row]:
+    """The random init (written now, if it is not yet), then the checkpoints in step order."""
     random_dir = _random_init(run, found[0])
     steps = [int(p.name.removeprefix("step-")) for p in found]
     return [Row(RANDOM, random_dir, 0, 0), *(Row(p.name, p, s, s * per_step) for p, s in zip(found, steps))]
+
+
+def _read_record(path: Path) -> dict:
+    """probe.json's cells so far (none if it is absent), checked: a file of another shape is
+    refused, naming the field, rather than failing after hours of training."""
+    if not path.is_file():
+        return {"rows": {}}
+    record = read_json(path)
+    if not isinstance(record.get("rows"), dict):
+        raise UserError(f"{path}: field 'rows' must be an object (move the file away to start afresh)")
+    for name, entry in record["rows"].items():
+        where = f"{path}: field 'rows.{name}'"
+        if not isinstance(entry, dict) or not all(type(entry.get(k)) is int for k in ("step", "tokens")):
+            raise UserError(f"{where} must be an object with integer 'step' and 'tokens'")
+        tasks = entry.get("tasks")
+        if not isinstance(tasks, dict) or not all(
+            isinstance(seeds, dict) and all(isinstance(cell, dict) for cell in seeds.values())
+            for seeds in tasks.values()
+        ):
+            raise UserError(f"{where}.tasks must map each task to an object of seeds' figures")
+        if not isinstance(entry.get("zero_shot", {}), dict):
+            raise UserError(f"{where}.zero_shot must be an object")
+    return record
 
 
 def _random_init(run: Path, like: Path) -> Path:
@@ -139,13 +194,27 @@ def _random_init(run: Path, like: Path) -> Path:
 
 
 def _read_task(task, glue: Path, limit: float | None) -> tuple[list, Path, dict]:
-    """The task's training examples (the first `limit`), their file, and its dev sets, read and checked."""
-    from roberta.tasks.glue import read_task_dir
+    """The task's training examples (the first `limit`), their file, and its dev sets, read and
+    checked as fine-tuning will check them (labels the task knows), before anything trains."""
+    from roberta.tasks.classify import check_labels
+    from roberta.tasks.glue import read_task_dir, sentence_task
 
     if not (glue / task.name).is_dir():
         raise UserError(f"{glue}: no {task.name}/ directory (give --glue the folder holding the GLUE tasks)")
     train, train_path, dev = read_task_dir(task, glue / task.name)
-    return (train[: int(limit)] if limit is not None else train), train_path, dev
+    train = train[: int(limit)] if limit is not None else train
+    check_labels(sentence_task(task), train, train_path, dev)
+    return train, train_path, dev
+
+
+def _sts_dev(glue: Path) -> list | None:
+    """STS-B's dev pairs for the zero-shot cosine probe, where the folder has them (its training
+    file is not needed)."""
+    from roberta.tasks.glue import get_task, read_split
+
+    task = get_task("STS-B")
+    path = glue / task.name / task.dev_sets[0][1]
+    return read_split(task, path, labelled=True) if path.is_file() else None
 
 
 def _cell(record: dict, row: Row, task: str) -> dict:

@@ -212,6 +212,23 @@ def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[list
     return tokenizer.encode_batch(texts, pairs, max_length=max_length, truncation="longest_first")
 
 
+def check_labels(
+    task: SentenceTask,
+    train_examples: Sequence[Example],
+    train_path: str | Path,
+    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
+) -> None:
+    """Every set's labels usable for `task` (UserError naming the file and line), and a regression
+    dev set large enough for its correlations: what needs no model, checked before anything runs."""
+    label_values(task, train_examples, train_path)
+    for examples, path in dev_sets.values():
+        if task.regression and len(examples) < 2:
+            raise UserError(
+                f"{path}: {len(examples)} example; Pearson and Spearman need two dev examples or more"
+            )
+        label_values(task, examples, path)
+
+
 def label_values(task: SentenceTask, examples: Sequence[Example], path: str | Path) -> list[int | float]:
     return [float(e.label) for e in examples] if task.regression else label_ids(examples, task.labels, path)
 
@@ -315,12 +332,7 @@ def encode_sentences(
         6 if pairs else 3,
         "<s> text </s></s> pair </s>" if pairs else "<s> text </s>",
     )
-    if task.regression:
-        for examples, path in dev_sets.values():
-            if len(examples) < 2:
-                raise UserError(
-                    f"{path}: {len(examples)} example; Pearson and Spearman need two dev examples or more"
-                )
+    check_labels(task, train_examples, train_path, dev_sets)
     train = (encode(tokenizer, train_examples, max_length), label_values(task, train_examples, train_path))
     dev = {
         name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
