@@ -125,6 +125,27 @@ def test_distillation_mistakes_are_one_line_errors(micro_corpus, teacher_run, tm
     assert not run.exists()
 
 
+def test_a_teacher_that_cannot_teach_is_refused_before_the_run_starts(
+    micro_corpus, teacher_run, tmp_path, capsys
+):
+    """No masked-LM head (its stand-in head would teach random targets), or fewer positions than
+    the job's sequences: one line naming the teacher and the cause, no run directory."""
+    model, tokenizer = checkpoint.load(teacher_run)
+    headless = checkpoint.save(tmp_path / "headless", checkpoint.mark_without_lm_head(model, "hf"), tokenizer)
+    short = RobertaModel(RobertaConfig(**{**model.config.to_dict(), "max_positions": 20}))
+    short_teacher = checkpoint.save(tmp_path / "short", short, tokenizer)
+    cases = [
+        (headless, "holds no masked-LM head", "pretrain --teacher"),
+        (short_teacher, "the teacher reads at most 18 tokens, but the job's sequences are 32", "short"),
+    ]
+    for teacher, cause, named in cases:
+        run = tmp_path / "refused"
+        assert pretrain(micro_corpus, run, "--train.max_steps=1", "--teacher", str(teacher)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and cause in err[0] and named in err[0], err
+        assert not run.exists()
+
+
 def test_a_resume_with_another_teacher_setting_is_refused(micro_corpus, teacher_run, tmp_path, capsys):
     run = tmp_path / "run"
     assert pretrain(micro_corpus, run, "--train.max_steps=1", "--teacher", str(teacher_run)) == 0

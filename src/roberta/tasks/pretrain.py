@@ -284,7 +284,7 @@ def pretrain(
     torch.manual_seed(job.train.seed)  # every rank builds the same initial weights
     model = _initial_model(job, corpus, data, init_from, init_layers)
     resumed = run_state.resumes(mode)
-    teacher = _teacher(distill, model, data, out if resumed else None, placement.device)
+    teacher = _teacher(distill, model, data, job.data.seq_len, out if resumed else None, placement.device)
     objective = _objective(job, data, corpus, placement, teacher)
     objective.add_heads(model)
     plan = plan_run(
@@ -306,6 +306,7 @@ def _teacher(
     distill: PretrainDistillation | None,
     model: RobertaModel,
     data: str | Path,
+    seq_len: int,
     resumed: Path | None,
     device: torch.device,
 ) -> Teacher | None:
@@ -322,7 +323,7 @@ def _teacher(
             )
     if distill is None:
         return None
-    teacher = load_teacher(distill, model, data)
+    teacher = load_teacher(distill, model, data, seq_len)
     teacher.model.to(device)
     return teacher
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from roberta.checkpoint import require_lm_head
 from roberta.data.corpus import check_tokenizer
 from roberta.errors import UserError
 from roberta.model import RobertaModel
@@ -94,13 +95,22 @@ class Teacher:
         return out
 
 
-def load_teacher(settings: PretrainDistillation, student: RobertaModel, data: str | Path) -> Teacher:
-    """The teacher in eval mode without gradients; refused unless its tokenizer is the one the
-    corpus at `data` was prepared with and it scores the student's vocabulary."""
+def load_teacher(
+    settings: PretrainDistillation, student: RobertaModel, data: str | Path, seq_len: int
+) -> Teacher:
+    """The teacher in eval mode without gradients; refused unless it has a trained masked-LM head
+    (a stand-in head would teach random targets), its tokenizer is the one the corpus at `data`
+    was prepared with, it scores the student's vocabulary and it reads sequences of `seq_len`."""
     from roberta.convert import load_any
 
     model, tokenizer = load_any(settings.teacher)
     what = f"--teacher {settings.teacher}"
+    require_lm_head(model, "pretrain --teacher (its masked-LM predictions are the soft targets)")
+    if model.config.max_seq_len < seq_len:
+        raise UserError(
+            f"{what}: the teacher reads at most {model.config.max_seq_len} tokens, but the job's "
+            f"sequences are {seq_len} (data.seq_len): give --data.seq_len={model.config.max_seq_len} or less"
+        )
     if tokenizer is not None:
         check_tokenizer(data, tokenizer, what=what)
     mine, theirs = student.config, model.config
