@@ -48,6 +48,8 @@ def dataset_files(directory: Path) -> list[Path] | None:
     listed = _read_json(state).get("_data_files")
     if not isinstance(listed, list) or not all(isinstance(f, dict) and "filename" in f for f in listed):
         raise UserError(f"{state}: field '_data_files' must be a list of {{\"filename\": ...}} objects")
+    if not listed:
+        raise UserError(f"{state}: field '_data_files' lists no data files: {directory} holds no records")
     files = [directory / str(f["filename"]) for f in listed]
     for path in files:
         if not path.is_file():
@@ -124,13 +126,31 @@ def _parquet_batches(
         row += batch.num_rows
 
 
-def _ipc_batches(
-    path: Path, columns: Sequence[str], strings: Sequence[str], first_row: int
-) -> Iterator[tuple[int, pa.RecordBatch]]:
+def check_schema(path: str | Path, columns: Sequence[str], strings: Sequence[str] = ()) -> None:
+    """`columns` present and `strings` columns of text, from the file's schema alone: a command
+    refuses a file of the wrong shape before it starts, rather than after a progress bar."""
+    path = Path(path)
+    with _reading(path):
+        if path.suffix.lower() == ".parquet":
+            schema = pq.read_schema(path, memory_map=True)
+        else:
+            schema = _ipc_reader(path).schema
+        _check_columns(path, schema, columns, strings)
+
+
+def _ipc_reader(path: Path) -> pa.ipc.RecordBatchFileReader | pa.ipc.RecordBatchStreamReader:
+    """An Arrow IPC file or stream, memory-mapped."""
     source = pa.memory_map(str(path))
     is_file = source.read(len(IPC_FILE_MAGIC)) == IPC_FILE_MAGIC
     source.seek(0)
-    reader = pa.ipc.open_file(source) if is_file else pa.ipc.open_stream(source)
+    return pa.ipc.open_file(source) if is_file else pa.ipc.open_stream(source)
+
+
+def _ipc_batches(
+    path: Path, columns: Sequence[str], strings: Sequence[str], first_row: int
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    reader = _ipc_reader(path)
+    is_file = isinstance(reader, pa.ipc.RecordBatchFileReader)
     _check_columns(path, reader.schema, columns, strings)
     batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if is_file else iter(reader)
     row = 0

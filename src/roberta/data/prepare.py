@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from roberta.arrow_input import check_schema, is_records
 from roberta.data import corpus as layout
 from roberta.errors import UserError
 from roberta.io import publish_directory, write_json
@@ -209,6 +210,8 @@ def prepare(
     workers = (os.cpu_count() or 1) if workers is None else workers
     _check_options(out_dir, errors, valid_fraction, workers, chunk_bytes, shard_bytes, overwrite)
     files = expand_inputs(inputs)
+    for path in filter(is_records, files):  # a record file of the wrong shape, before any bar
+        check_schema(path, [text_field], [text_field])
     options = InputOptions(line_is_document=line_is_document, text_field=text_field, errors=errors)
 
     from roberta.tokenizer import load_tokenizer
