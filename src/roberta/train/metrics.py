@@ -184,11 +184,18 @@ def peak_flops(device: torch.device, precision: str, configured_tflops: float) -
     return measured_matmul_flops()
 
 
-def measured_matmul_flops(size: int = 512, trials: int = 10) -> float:
+def peak_is_measured(device: torch.device, configured_tflops: float) -> bool:
+    """Whether `peak_flops` times this machine (a CPU without a configured peak) rather than
+    reading a datasheet figure or the job's."""
+    return configured_tflops <= 0 and device.type != "cuda"
+
+
+def measured_matmul_flops(size: int = 1024, trials: int = 4) -> float:
     """This CPU's fp32 matrix-product rate with the current thread count: MFU's denominator.
 
-    The best of several short trials, because on a shared host a single timing measures the
-    neighbours' load as much as the hardware.
+    The best of several trials of a product as large as a layer's, because on a shared host a
+    single timing measures the neighbours' load as much as the hardware, and a small product
+    understates what the model's own products reach (MFU then passes 100%).
     """
     a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
     a @ a

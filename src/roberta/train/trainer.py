@@ -34,7 +34,14 @@ from roberta.io import write_json
 from roberta.model import RobertaModel
 from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, budget
-from roberta.train.metrics import METRICS_FILE, MetricsLog, peak_flops, read_metrics
+from roberta.train.metrics import (
+    METRICS_FILE,
+    MetricsLog,
+    measured_matmul_flops,
+    peak_flops,
+    peak_is_measured,
+    read_metrics,
+)
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 from roberta.train.precision import LossScaler, autocast, resolve_precision
 
@@ -215,7 +222,8 @@ class _Run:
     window: _Window = field(default_factory=_Window)
     params: list[nn.Parameter] = field(default_factory=list)  # those the optimizer updates
     flops_per_token: float = 0.0  # for MFU
-    peak_flops: float = 0.0  # all ranks' together; 0: unknown
+    peak_flops: float | None = 0.0  # all ranks' together; 0: unknown; None: not to be trusted
+    peak_measured: bool = False  # a CPU's peak timed at start, remeasured when MFU would pass 100%
 
     @property
     def job(self) -> JobConfig:
@@ -332,6 +340,7 @@ def _start(
     run.params = [p for p in module.parameters() if p.requires_grad]
     run.flops_per_token = objective.flops_per_token(model.config)
     run.peak_flops = peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size
+    run.peak_measured = peak_is_measured(placement.device, cfg.peak_tflops)
     return run
 
 
@@ -405,7 +414,7 @@ def _log_window(run: _Run) -> None:
     figures.update(
         lr=run.optimizer.param_groups[0]["lr"],
         tokens_per_s=rate,
-        mfu=rate * run.flops_per_token / run.peak_flops if run.peak_flops else 0.0,
+        mfu=_mfu(run, rate),
         data_wait=window.waited / max(window.seconds, 1e-9),
         skipped_steps=run.scaler.skipped_steps,
     )
@@ -416,10 +425,28 @@ def _log_window(run: _Run) -> None:
     run.bar.set_postfix(
         loss=f"{figures.get('loss', float('nan')):.3f}",
         tok_s=f"{rate:,.0f}",
-        mfu=f"{figures['mfu']:.1%}",
+        mfu="—" if figures["mfu"] is None else f"{figures['mfu']:.1%}",
         **({"skipped": run.scaler.skipped_steps} if run.scaler.enabled else {}),
     )
     run.window = _Window()
+
+
+def _mfu(run: _Run, rate: float) -> float | None:
+    """Achieved FLOP/s over the peak (0.0: no peak known). A CPU peak timed while a neighbour held
+    the cores is too low, so MFU past 100% remeasures it; if it is still past 100%, the peak cannot
+    be trusted on this host and MFU is None (not reported) from then on."""
+    if run.peak_flops is None:
+        return None
+    if not run.peak_flops:
+        return 0.0
+    achieved = rate * run.flops_per_token
+    if achieved > run.peak_flops and run.peak_measured:
+        world = run.placement.world_size
+        run.peak_flops = max(run.peak_flops, measured_matmul_flops() * world)
+        if achieved > run.peak_flops:
+            run.peak_flops = None
+            return None
+    return achieved / run.peak_flops
 
 
 def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
