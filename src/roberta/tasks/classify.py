@@ -361,3 +361,40 @@ def plan_sentences(
         max_length=data.max_length,
         run_info={"task": task.name, "labels": list(task.labels)},
     )
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """A sentence task's data as `finetune` and `distill` take it: `read()` gives (SentenceTask,
+    training examples, training file, dev sets by name as (examples, file)), `read_unlabelled(FILE)`
+    the examples of a file in the task's format, its labels ignored; and the recipe's LR and batch
+    size. Files are read when the run is planned, not when the command is parsed."""
+
+    read: Callable[[], tuple]
+    read_unlabelled: Callable[[str], list]
+    lr: float
+    batch_size: int
+
+
+def own_sentences(
+    train: str,
+    dev: str,
+    text_column: str,
+    pair_column: str | None,
+    label_column: str,
+    regression: bool,
+    head: str,
+    lr: float,
+    batch_size: int,
+) -> Sentences:
+    """Your own labelled files read by their columns, the label set from `train`."""
+    columns = dict(text_column=text_column, pair_column=pair_column)
+
+    def read() -> tuple:
+        labelled = dict(columns, label_column=label_column, regression=regression)
+        train_examples = read_labelled_file(train, **labelled)
+        dev_examples = read_labelled_file(dev, **labelled)
+        task = own_data_task(head, () if regression else label_set(train_examples, train))
+        return task, train_examples, train, {"dev": (dev_examples, dev)}
+
+    return Sentences(read, lambda path: read_labelled_file(path, **columns), lr, batch_size)

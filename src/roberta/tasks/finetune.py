@@ -89,8 +89,13 @@ def load_finetune_job(
     batch_size: int,
     epochs: float = 10,
     extra: Sequence[str] = (),
+    eval_every: int | None = None,
 ) -> JobConfig:
-    """The paper's recipe with the task's LR, batch and epochs, then the TOML file, then overrides."""
+    """The paper's recipe with the task's LR, batch and epochs (and `eval_every`, the command's
+    --eval-every: dev evaluations every N updates), then the TOML file, then overrides."""
+    if eval_every is not None and eval_every < 1:
+        raise UserError(f"--eval-every must be at least 1, not {eval_every}")
+    extra = [*extra, *([f"--train.eval_every={eval_every}"] if eval_every else [])]
     defaults = [
         *COMMON_DEFAULTS,
         f"--optim.lr={lr}",

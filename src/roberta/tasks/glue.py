@@ -8,6 +8,7 @@ an index column (SST-2, CoLA, MRPC train/dev) index their rows 0, 1, ... in file
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import warnings
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from roberta.errors import UserError
 from roberta.io import atomic_write
-from roberta.tasks.classify import Example, label_ids, parse_label
+from roberta.tasks.classify import Example, Sentences, label_ids, parse_label
 from roberta.tasks.rows import read_tsv, table_records
 
 PREDICTION_HEADER = ["index", "prediction"]
@@ -274,6 +275,16 @@ def sentence_task(task: GlueTask):
     return SentenceTask(
         task.name, task.labels, lambda p, y: metrics(task, list(p), list(y)), task.metric, task.metrics
     )
+
+
+def glue_sentences(name: str, directory: str | Path) -> Sentences:
+    """Task `name`'s data in its GLUE `directory`, and the paper's recipe for it."""
+    task = get_task(name)
+
+    def read() -> tuple:
+        return sentence_task(task), *read_task_dir(task, Path(directory))
+
+    return Sentences(read, functools.partial(read_split, task, labelled=False), task.lr, task.batch_size)
 
 
 def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Path, int8: bool = False) -> int:

@@ -1,0 +1,130 @@
+"""What the verbs share: the handler type, subcommand groups, and the option groups several verbs
+declare (text corpora, line files, the hub's checkpoint options, progress), with what reads them."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Callable
+
+from roberta.errors import UserError
+
+# What a command runs, given its parsed arguments.
+Handler = Callable[[argparse.Namespace], None]
+
+GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
+
+
+def add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str, commands: dict) -> None:
+    subparsers = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
+    for name, declare in commands.items():
+        summary, _, description = inspect.cleandoc(declare.__doc__).partition("\n\n")
+        p = subparsers.add_parser(name, help=summary, description=" ".join(description.split()))
+        handler = declare(p)
+        if handler is not None:
+            p.set_defaults(handler=handler)
+
+
+def progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def text_corpus_options(p: argparse.ArgumentParser, out_help: str) -> None:
+    """What `prepare` and `train-tokenizer` share: they read text files the same way."""
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        help="text files (plain, .gz, .jsonl, .parquet, .arrow), datasets.save_to_disk folders, "
+        "or directories of such files",
+    )
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument(
+        "--text-field",
+        "--jsonl-text-field",
+        dest="text_field",
+        default="text",
+        help="text field of .jsonl records, column of .parquet/.arrow files (default text)",
+    )
+    p.add_argument(
+        "--errors",
+        choices=["strict", "replace"],
+        default="strict",
+        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
+    )
+    progress_option(p)
+
+
+def text_corpus_settings(args: argparse.Namespace) -> dict:
+    """The keyword arguments of `prepare` and `train_tokenizer` that `text_corpus_options` declares."""
+    return {"text_field": args.text_field, "errors": args.errors, "progress": not args.no_progress}
+
+
+def line_file_options(p: argparse.ArgumentParser, input_help: str, out_help: str) -> None:
+    """What `embed` and `predict` share: one text (or pair) per line in, one result per line out."""
+    p.add_argument("--input", required=True, help=input_help)
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument(
+        "--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)"
+    )
+    progress_option(p)
+
+
+def hub_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "checkpoint", help="our checkpoint directory, an HF directory, or a fairseq directory / model.pt"
+    )
+    p.add_argument("--checkpoint-file", help="the .pt file inside a fairseq directory (default model.pt)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=2048,
+        help="padded tokens per batch; inputs are sorted by length so batches hold little padding "
+        "(default 2048)",
+    )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="CPU only: run the Linear layers in int8 (dynamic quantization; the speed-up depends on "
+        "the CPU's int8 support), after printing to stderr how close int8 comes to fp32 on the input's "
+        "first batch (embed: cosine of the vectors; predict, fill-mask: share of equal top-1 predictions)",
+    )
+
+
+def load_hub(args: argparse.Namespace):
+    """The checkpoint as a hub, on --device, with --batch-tokens."""
+    from roberta.hub import check_device, load
+
+    if args.batch_tokens < 1:
+        raise UserError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
+    device = check_device(args.device)  # before the minutes a large checkpoint takes to read
+    if args.int8:
+        from roberta.int8 import require_cpu
+
+        require_cpu(device)
+    roberta = load(args.checkpoint, args.checkpoint_file).to(device)
+    roberta.batch_tokens = args.batch_tokens
+    return roberta
+
+
+def run_line_file(args: argparse.Namespace, run_file: Callable[..., int], noun: str, **options) -> None:
+    """`embed` or `predict` on --input: the options `hub_options` and `line_file_options` declare,
+    then the count of rows written."""
+    rows = run_file(
+        load_hub(args),
+        input=args.input,
+        out=args.out,
+        truncate=args.truncate,
+        progress=not args.no_progress,
+        int8=args.int8,
+        **options,
+    )
+    print(f"{args.out}: {rows} {noun}")
+
+
+def print_figures(figures: dict) -> None:
+    """`evaluate`'s one JSON object; a figure that is no number (an undefined correlation, an
+    infinite threshold) is null (`io.to_json`)."""
+    from roberta.io import to_json
+
+    print(to_json(figures))

@@ -1,0 +1,75 @@
+"""`roberta evaluate TASK`: a predictions file scored with a benchmark's official metrics."""
+
+from __future__ import annotations
+
+import argparse
+
+from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, print_figures
+
+
+def _evaluate(p: argparse.ArgumentParser) -> None:
+    """score a predictions file with a benchmark's official metrics
+
+    Prints one JSON object with the benchmark's official metrics for a predictions file.
+    """
+    add_commands(p, "task_family", "TASK", EVALUATE_TASKS)
+
+
+def _evaluate_glue(p: argparse.ArgumentParser) -> Handler:
+    """score a GLUE predictions TSV against a labelled dev file
+
+    Matches the rows of --predictions (the GLUE server's TSV: a header, then index<TAB>prediction,
+    the label name as in the data files or a score for STS-B) to --dev by index and prints the
+    task's official metrics as one JSON object: accuracy; F1 and accuracy for MRPC and QQP; Matthews
+    correlation (mcc) for CoLA; Pearson and Spearman for STS-B. A correlation that is undefined
+    (every prediction, or every label, the same) is null, with a warning; MCC of constant
+    predictions and F1 with no positive class anywhere are 0, as scikit-learn has them.
+    """
+    # Checked by the handler, so that building the parser imports no task module.
+    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
+    p.add_argument(
+        "--dev",
+        required=True,
+        metavar="FILE",
+        help="labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv",
+    )
+    p.add_argument(
+        "--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index"
+    )
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.glue import evaluate_predictions, get_task
+
+        print_figures(evaluate_predictions(get_task(args.task), args.dev, args.predictions))
+
+    return run
+
+
+def _evaluate_squad(p: argparse.ArgumentParser) -> Handler:
+    """score SQuAD v1.1/v2.0 predictions with the official metrics
+
+    Scores --predictions (the official format: a JSON object {question id: answer text}, "" for no
+    answer) against the official --dev JSON exactly as the official v1.1 / v2.0 evaluation scripts
+    do, and prints one JSON object of percentages: exact_match, f1, total, missing (questions
+    without a prediction, scored 0); for v2.0 also HasAns_*/NoAns_* and, with --null-odds,
+    best_exact/best_f1 and the thresholds that reach them.
+    """
+    p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the dev file")
+    p.add_argument("--dev", required=True, metavar="FILE", help="official dataset JSON, e.g. dev-v2.0.json")
+    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions JSON {id: text}")
+    p.add_argument(
+        "--null-odds",
+        metavar="FILE",
+        help="v2.0 only: JSON {id: null score - best span score}, as the official --na-prob-file",
+    )
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.squad_data import evaluate_squad
+
+        print_figures(evaluate_squad(args.dev, args.predictions, args.version, args.null_odds))
+
+    return run
+
+
+EVALUATE_TASKS = {"glue": _evaluate_glue, "squad": _evaluate_squad}
+VERBS = {"evaluate": _evaluate}

@@ -1,0 +1,87 @@
+"""`roberta convert`, `export` and `serve`: a checkpoint into another format, or behind HTTP."""
+
+from __future__ import annotations
+
+import argparse
+
+from roberta.cli.common import Handler
+
+
+def _convert(p: argparse.ArgumentParser) -> Handler:
+    """convert a checkpoint between roberta, HF transformers and fairseq formats (checked)
+
+    Reads SRC (our checkpoint directory, an HF save_pretrained directory, or a fairseq model.pt /
+    its directory), writes DST in the chosen format, then runs both models on a probe batch and
+    prints the largest difference; above --tolerance nothing is written.
+    """
+    p.add_argument("src", help="checkpoint to read: directory, or a fairseq model.pt")
+    p.add_argument("dst", help="directory to write (replaced atomically if it holds a checkpoint)")
+    p.add_argument(
+        "--to",
+        choices=["roberta", "hf", "fairseq"],
+        default="roberta",
+        help="format of DST (default roberta)",
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=1e-5, help="largest allowed output difference (default 1e-5)"
+    )
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.convert import convert
+
+        convert(args.src, args.dst, to=args.to, tolerance=args.tolerance)
+
+    return run
+
+
+def _serve(p: argparse.ArgumentParser) -> Handler:
+    """serve a checkpoint over HTTP: JSON endpoints, dynamic batching, a web page at /
+
+    Serves /fill-mask, /embed, /predict, /answer, /v1/embeddings (OpenAI's form), /health and /info,
+    and a page at / to try them. Requests that arrive together run as length-sorted batches through
+    the hub's calls (the same answers as one-by-one calls). A request asking for more than
+    --max-items, --max-request-tokens or --max-answers gets 413 naming the limit. Binds to
+    127.0.0.1: --host 0.0.0.0 exposes the server to the network, and it has no authentication.
+    SIGTERM or Ctrl-C stops it after answering the requests in flight.
+    """
+    from roberta.serve.options import add_to_parser, from_arguments
+
+    add_to_parser(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.serve.server import serve
+
+        serve(from_arguments(args))
+
+    return run
+
+
+def _export(p: argparse.ArgumentParser) -> Handler:
+    """export a checkpoint to ONNX (encoder and every head), checked against our logits
+
+    Writes OUT/ with encoder.onnx (dynamic batch and sequence axes; every layer's hidden states),
+    lm_head.onnx, one graph per task head, onnx.json and the tokenizer, then runs them with
+    onnxruntime on a padded batch of real text and prints the largest difference from our PyTorch
+    outputs; above --tolerance it fails and OUT is not written. --int8 adds onnxruntime's dynamic
+    int8 quantization of each graph (*.int8.onnx), printing its agreement with fp32.
+    `roberta serve OUT --runtime onnx` serves it.
+    """
+    p.add_argument("checkpoint", help="our checkpoint, an HF or fairseq directory")
+    p.add_argument("out", help="directory to write (replaced atomically if it holds an export)")
+    p.add_argument("--to", choices=["onnx"], default="onnx", help="format (default onnx)")
+    p.add_argument(
+        "--int8", action="store_true", help="also write int8 graphs (onnxruntime dynamic quantization)"
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=1e-4, help="largest allowed output difference (default 1e-4)"
+    )
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.onnx_export import export_onnx
+
+        export_onnx(args.checkpoint, args.out, int8=args.int8, tolerance=args.tolerance)
+
+    return run
+
+
+VERBS = {"convert": _convert, "serve": _serve, "export": _export}
