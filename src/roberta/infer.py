@@ -6,24 +6,31 @@ the same output whichever file held them. Each chunk is encoded, sorted by lengt
 run, and written in input order, so a file larger than memory goes through in bounded space.
 Outputs are written under a temporary name and renamed into place only when complete. With `int8`,
 the hub is quantized once the first chunk is encoded, after its first batch has run in fp32, so the
-agreement line printed to stderr is measured on the input itself.
+agreement line printed to stderr is measured on the input itself (`quantize_for_*`, which every
+verb's `--int8` uses: the hub's calls, quantized by `int8.py` below). `predict_test_file` writes a
+GLUE leaderboard file from a test TSV.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
+import torch
 from numpy.lib.format import open_memmap
 from tqdm import tqdm
 
 from roberta.arrow_input import count_rows, is_records, record_batches
 from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
-from roberta.int8 import quantize_for_embed, quantize_for_predict
+from roberta.int8 import embedding_agreement, first_batch, prediction_agreement, require_cpu
 from roberta.io import atomic_write, make_parent, open_input, publish, temporary_path
+
+if TYPE_CHECKING:
+    from roberta.tasks.glue import GlueTask
 
 CHUNK_LINES = 8192
 
@@ -297,3 +304,78 @@ def _prediction_row(logits, labels: tuple[str, ...] = ()) -> str:
     probs = logits.softmax(dim=-1)
     best = int(probs.argmax())
     return "\t".join([labels[best] if labels else str(best), *(f"{p:.6g}" for p in probs.tolist())]) + "\n"
+
+
+# `--int8` for each verb: the verb's own call on the first batch of its input, before and after.
+# Here, beside the hub whose calls it runs; `int8.py` below holds what it does to the model.
+
+
+def quantize_compared(
+    roberta,
+    sample: Sequence,
+    run: Callable[[Sequence], torch.Tensor],
+    agreement: Callable[[torch.Tensor, torch.Tensor], str],
+) -> str:
+    """Quantize the hub `roberta` in place, running `run(sample)` before and after; returns, and
+    prints to stderr, one line saying how far int8 moved the outputs (`agreement(fp32, int8)`)."""
+    require_cpu(roberta.device)
+    fp32 = run(sample)
+    roberta.quantize()
+    line = f"int8 vs fp32 on the first {len(sample)} input(s): {agreement(fp32, run(sample))}"
+    tqdm.write(line, file=sys.stderr)  # above a progress bar, if one is drawn
+    return line
+
+
+def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str) -> str:
+    return quantize_compared(
+        roberta,
+        first_batch(ids, roberta.batch_tokens),
+        lambda sample: roberta.embed(sample, layer, pool),
+        embedding_agreement,
+    )
+
+
+def quantize_for_predict(roberta, head: str, ids: Sequence) -> str:
+    return quantize_compared(
+        roberta,
+        first_batch(ids, roberta.batch_tokens),
+        lambda sample: roberta.predict(head, sample, return_logits=True),
+        prediction_agreement,
+    )
+
+
+def quantize_for_fill_mask(roberta, text: str) -> str:
+    return quantize_compared(roberta, [text], roberta.mask_logits, prediction_agreement)
+
+
+def predict_test_file(
+    roberta: Roberta, task: GlueTask, input: str | Path, out: str | Path, int8: bool = False
+) -> int:
+    """The GLUE leaderboard file for `input` (a test TSV) from the fine-tuned head named after the
+    task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training.
+    `int8`: quantized first, as `roberta predict --int8` does (`quantize_for_predict`).
+
+    The head must fit the task: its output count, and its label names where it carries them."""
+    from roberta.tasks.glue import read_split, write_predictions
+
+    head = roberta.head(task.name, "classification")
+    outputs = head.out_proj.out_features
+    if outputs != task.num_classes:
+        wanted = "1 (a score)" if task.regression else f"{task.num_classes} ({', '.join(task.labels)})"
+        raise UserError(f"head {task.name!r} has {outputs} output(s), but {task.name} needs {wanted}")
+    if head.labels and tuple(head.labels) != task.labels:
+        # A head trained on the task's data with `finetune classify` may order its labels otherwise:
+        # its output k would be written as the wrong label name.
+        raise UserError(
+            f"head {task.name!r} has labels {', '.join(head.labels)}, but {task.name}'s are "
+            f"{', '.join(task.labels)} in this order"
+        )
+    examples = read_split(task, input, labelled=False)
+    pairs = [e.pair for e in examples] if task.pair_column else None
+    tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_seq_len)
+    if int8:
+        quantize_for_predict(roberta, task.name, tokens)
+    logits = roberta.predict(task.name, tokens, return_logits=True).float()
+    predictions = logits.squeeze(-1).tolist() if task.regression else logits.argmax(-1).tolist()
+    write_predictions(task, out, [e.index for e in examples], predictions)
+    return len(examples)

@@ -17,15 +17,13 @@ agreed with the fp32 model no better (59 of 64 with it int8, 60 with it fp32).
 
 from __future__ import annotations
 
-import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-from tqdm import tqdm
 
 from roberta.errors import UserError
 
@@ -100,44 +98,3 @@ def prediction_agreement(fp32: torch.Tensor, int8: torch.Tensor) -> str:
         return difference
     same = int(fp32.argmax(-1).eq(int8.argmax(-1)).sum())
     return f"top-1 agrees on {same}/{len(fp32)} ({same / len(fp32):.1%}), {difference}"
-
-
-def quantize_compared(
-    roberta,
-    sample: Sequence,
-    run: Callable[[Sequence], torch.Tensor],
-    agreement: Callable[[torch.Tensor, torch.Tensor], str],
-) -> str:
-    """Quantize the hub `roberta` in place, running `run(sample)` before and after; returns, and
-    prints to stderr, one line saying how far int8 moved the outputs (`agreement(fp32, int8)`)."""
-    require_cpu(roberta.device)
-    fp32 = run(sample)
-    roberta.quantize()
-    line = f"int8 vs fp32 on the first {len(sample)} input(s): {agreement(fp32, run(sample))}"
-    tqdm.write(line, file=sys.stderr)  # above a progress bar, if one is drawn
-    return line
-
-
-# What `--int8` runs for each verb: the verb's own call on the first batch of its input.
-
-
-def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str) -> str:
-    return quantize_compared(
-        roberta,
-        first_batch(ids, roberta.batch_tokens),
-        lambda sample: roberta.embed(sample, layer, pool),
-        embedding_agreement,
-    )
-
-
-def quantize_for_predict(roberta, head: str, ids: Sequence) -> str:
-    return quantize_compared(
-        roberta,
-        first_batch(ids, roberta.batch_tokens),
-        lambda sample: roberta.predict(head, sample, return_logits=True),
-        prediction_agreement,
-    )
-
-
-def quantize_for_fill_mask(roberta, text: str) -> str:
-    return quantize_compared(roberta, [text], roberta.mask_logits, prediction_agreement)

@@ -24,7 +24,7 @@ def _fill_mask(p: argparse.ArgumentParser) -> Handler:
         roberta = load_hub(args)
         require_lm_head(roberta.model, "fill-mask")  # before --int8 prints its comparison
         if args.int8:
-            from roberta.int8 import quantize_for_fill_mask
+            from roberta.infer import quantize_for_fill_mask
 
             quantize_for_fill_mask(roberta, args.text)
         for filled, score, token in roberta.fill_mask(args.text, topk=args.topk):
@@ -115,7 +115,8 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
 
 def _predict_task(args: argparse.Namespace) -> None:
     """`predict --task`: a GLUE test TSV into its leaderboard file."""
-    from roberta.tasks.glue import get_task, predict_test_file
+    from roberta.infer import predict_test_file
+    from roberta.tasks.glue import get_task
 
     # The task fixes the head (named after it) and the columns (its test file's header).
     given = [

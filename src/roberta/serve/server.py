@@ -62,7 +62,8 @@ def load_hub(options: ServeOptions) -> Roberta:
             require_cpu(device)
         hub = load(options.checkpoint).to(device)
         if options.int8:
-            from roberta.int8 import quantize_for_embed, sample_ids
+            from roberta.infer import quantize_for_embed
+            from roberta.int8 import sample_ids
 
             # A server has no input of its own to compare on: the agreement is printed on sample text.
             quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, "cls")

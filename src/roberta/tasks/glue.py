@@ -285,34 +285,3 @@ def glue_sentences(name: str, directory: str | Path) -> Sentences:
         return sentence_task(task), *read_task_dir(task, Path(directory))
 
     return Sentences(read, functools.partial(read_split, task, labelled=False), task.lr, task.batch_size)
-
-
-def predict_test_file(roberta, task: GlueTask, input: str | Path, out: str | Path, int8: bool = False) -> int:
-    """The GLUE leaderboard file for `input` (a test TSV) from the fine-tuned head named after the
-    task (`roberta.load("RUN/best")`); inputs longer than the model are cut, as in training.
-    `int8`: quantized first, as `roberta predict --int8` does (`int8.quantize_for_predict`).
-
-    The head must fit the task: its output count, and its label names where it carries them."""
-    head = roberta.head(task.name, "classification")
-    outputs = head.out_proj.out_features
-    if outputs != task.num_classes:
-        wanted = "1 (a score)" if task.regression else f"{task.num_classes} ({', '.join(task.labels)})"
-        raise UserError(f"head {task.name!r} has {outputs} output(s), but {task.name} needs {wanted}")
-    if head.labels and tuple(head.labels) != task.labels:
-        # A head trained on the task's data with `finetune classify` may order its labels otherwise:
-        # its output k would be written as the wrong label name.
-        raise UserError(
-            f"head {task.name!r} has labels {', '.join(head.labels)}, but {task.name}'s are "
-            f"{', '.join(task.labels)} in this order"
-        )
-    examples = read_split(task, input, labelled=False)
-    pairs = [e.pair for e in examples] if task.pair_column else None
-    tokens = roberta.tokenizer.encode_batch([e.text for e in examples], pairs, max_length=roberta.max_seq_len)
-    if int8:
-        from roberta.int8 import quantize_for_predict
-
-        quantize_for_predict(roberta, task.name, tokens)
-    logits = roberta.predict(task.name, tokens, return_logits=True).float()
-    predictions = logits.squeeze(-1).tolist() if task.regression else logits.argmax(-1).tolist()
-    write_predictions(task, out, [e.index for e in examples], predictions)
-    return len(examples)
