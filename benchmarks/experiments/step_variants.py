@@ -58,9 +58,10 @@ from roberta.data.masking import IGNORE_INDEX
 from roberta.model import RobertaModel
 from roberta.tasks.pretrain import mlm_loss, mlm_objective
 from roberta.train.config import OptimSection
+from roberta.train.evaluation import all_reduce_dict, global_counts
 from roberta.train.optim import build_optimizer
 from roberta.train.precision import LossScaler
-from roberta.train.trainer import EXAMPLES, Objective, _all_reduce_dict, _global_counts, apply_update
+from roberta.train.trainer import EXAMPLES, Objective, apply_update
 
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
 CPU = torch.device("cpu")
@@ -193,11 +194,11 @@ class Stepper:
         self.scaler = LossScaler(enabled=False)
 
     def __call__(self, batch: dict) -> float:
-        counts = _global_counts(self.objective, [batch], CPU)
+        counts = global_counts(self.objective, [batch], CPU)
         out = self.loss(self.model, batch)
         out.pop(EXAMPLES, None)
         sum(out[k].float() / counts[k] for k in counts).backward()
-        totals = _all_reduce_dict({k: v.detach().float() for k, v in out.items()}, CPU)
+        totals = all_reduce_dict({k: v.detach().float() for k, v in out.items()}, CPU)
         assert all(math.isfinite(totals[k]) for k in counts)
         apply_update(self.optimizer, self.params, self.scaler, 0.0)
         self.objective.tokens(batch)
@@ -227,8 +228,8 @@ def bookkeeping(objective: Objective, batches: list[dict], repeats: int = 200) -
     started = time.perf_counter()
     for i in range(repeats):
         batch = batches[i % len(batches)]
-        counts = _global_counts(objective, [batch], CPU)
-        totals = _all_reduce_dict(sums, CPU)
+        counts = global_counts(objective, [batch], CPU)
+        totals = all_reduce_dict(sums, CPU)
         assert all(math.isfinite(totals[k]) for k in totals) and counts
         objective.tokens(batch)
     return (time.perf_counter() - started) / repeats

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from roberta import checkpoint
 from roberta.errors import UserError
+from roberta.model import RobertaModel
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,43 @@ def barrier() -> None:
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# Optimizer and model state across ranks: FSDP2 shards them, the checkpoint holds them whole.
+
+
+def optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, parallel: str) -> dict:
+    if parallel == "fsdp" and torch.distributed.is_initialized():
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(module, optimizer, options=options)
+    return optimizer.state_dict()
+
+
+def load_optimizer(module: nn.Module, optimizer, state: dict, parallel: str, placement: Placement) -> None:
+    if parallel == "fsdp" and placement.world_size > 1:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        return
+    optimizer.load_state_dict(state)
+
+
+def full_model(
+    module: nn.Module, model: RobertaModel, add_heads: Callable[[RobertaModel], None], parallel: str
+) -> RobertaModel:
+    """A plain, unsharded model holding the current weights (what `checkpoint.save` writes)."""
+    if not (parallel == "fsdp" and torch.distributed.is_initialized()):
+        return model
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = {k.removeprefix("model."): v for k, v in full.items()}
+    with torch.random.fork_rng(devices=[]):  # initialising the copy must not move the training RNG
+        plain = RobertaModel(model.config)
+        add_heads(plain)
+    if torch.distributed.get_rank() == 0:
+        plain.load_state_dict(full)
+    # A body read without a masked-LM head keeps saying so: its stand-in head is not a trained one.
+    return checkpoint.mark_without_lm_head(plain, checkpoint.without_lm_head(model))

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from roberta import checkpoint
 from roberta.errors import UserError
 
 STATE_FILE = "trainer_state.pt"
@@ -240,3 +241,30 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def check_resumable(model, directory: Path, tokenizer) -> None:
+    """The checkpoint to resume holds this job's model: the same config, the same heads (names,
+    kinds, shapes, labels) and the same tokenizer; read from its config.json, no weights loaded."""
+    config, heads, fingerprint = checkpoint.read_config(directory)
+    if config != model.config:
+        changed = [k for k, v in config.to_dict().items() if model.config.to_dict()[k] != v]
+        raise UserError(
+            f"--resume: {directory} holds a model with other {', '.join(changed)} than this job's "
+            "(resume with the job the run was started with)"
+        )
+    wanted = checkpoint.head_shapes(model)
+    if heads != wanted:
+
+        def describe(specs: dict) -> str:
+            return (
+                ", ".join(f"{name} ({spec.get('num_classes', spec['kind'])})" for name, spec in specs.items())
+                or "none"
+            )
+
+        raise UserError(
+            f"--resume: {directory} holds the heads {describe(heads)}, this job trains {describe(wanted)} "
+            "(resume with the task and head the run was started with)"
+        )
+    if tokenizer is not None and fingerprint is not None and fingerprint != tokenizer.fingerprint():
+        raise UserError(f"--resume: {directory} was trained with another tokenizer than this job's data")

@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from roberta import checkpoint
-from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.io import write_json
 from roberta.model import RobertaModel
-from roberta.train import distributed, run_state
+from roberta.train import distributed, evaluation, run_state
 from roberta.train.config import JobConfig, budget
 from roberta.train.metrics import (
     METRICS_FILE,
@@ -42,50 +40,10 @@ from roberta.train.metrics import (
     peak_is_measured,
     read_metrics,
 )
+from roberta.train.objective import EXAMPLES, Batch, Objective
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 from roberta.train.precision import LossScaler, autocast, resolve_precision
 
-Batch = dict[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class Objective:
-    """What a task brings to the loop. Every function sees one micro-batch of this rank.
-
-    counts: per loss term, the number of items its summed loss averages over (masked tokens,
-        sequences); known before the forward pass so the global normaliser can be all-reduced.
-    loss: (model, batch) → summed loss per term (same keys as counts) plus any other summed
-        statistics (e.g. correct predictions), as 0-d tensors; under the key EXAMPLES, optionally,
-        a dict of per-example tensors (first dimension the example: predictions, labels, ids,
-        fixed-width logits) that evaluation gathers from every rank. It runs inside the wrapped
-        (DDP/FSDP) module, heads included.
-    metrics: (summed statistics and counts, gathered per-example arrays) → the figures reported.
-    eval_sets: named held-out sets (MNLI has two), each this rank's share of its batches.
-    flops_per_token: the model config → training FLOPs per token, for MFU.
-    batches_per_epoch: this rank's micro-batches in one epoch, where an epoch has a fixed length
-        (budgets in epochs, evaluation each epoch).
-    best_metric: the evaluation figure that picks RUN/best/ ("set/figure" with several sets).
-    figures: every figure an evaluation reports, named as `best_metric` is, known before
-        training so that a `train.best_metric` outside them is refused before the run starts
-        (empty: not declared, checked at the first evaluation).
-    """
-
-    name: str
-    add_heads: Callable[[RobertaModel], None]
-    train_batches: Callable[[int], Iterator[Batch]]  # this rank's micro-batches from a position
-    eval_sets: dict[str, Callable[[], Iterable[Batch]]]
-    counts: Callable[[Batch], dict[str, float]]
-    loss: Callable[[RobertaModel, Batch], dict]
-    metrics: Callable[[dict[str, float], dict[str, np.ndarray]], dict[str, float]]
-    tokens: Callable[[Batch], int]  # real (non-padding) tokens, for throughput
-    flops_per_token: Callable[[RobertaConfig], float]
-    batches_per_epoch: int | None = None
-    best_metric: str | None = None
-    higher_is_better: bool = True
-    figures: tuple[str, ...] = ()
-
-
-EXAMPLES = "examples"
 BEST_DIR = "best"
 JOB_FILE = "job.json"
 RESULTS_FILE = run_state.RESULTS_FILE
@@ -179,7 +137,7 @@ def plan_run(
             raise UserError(
                 f"{run_dir}: --resume given but no checkpoint found under {run_dir / 'checkpoints'}"
             )
-        _check_resumable(model, found, tokenizer)
+        run_state.check_resumable(model, found, tokenizer)
         state = run_state.load_trainer_state(found, mmap=True)
         if int(state["data"]["micro_batch_size"]) * int(state["world_size"]) != micro_batch_size * world_size:
             raise UserError(
@@ -331,7 +289,7 @@ def _start(
     if state is not None:
         run.step = int(state["step"])
         run.best = state.get("best")
-        _load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, placement)
+        distributed.load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, placement)
         run.scaler.load_state_dict(state["scaler"])
         if len(state["rng"]) == placement.world_size:
             run_state.set_rng_state(state["rng"][placement.rank])
@@ -364,9 +322,11 @@ def train_step(run: _Run, batches: Iterator[Batch]) -> None:
     check, clipping and the optimizer step; its sums, tokens and time go into the log window."""
     job, placement, objective, window = run.job, run.placement, run.objective, run.window
     started = time.perf_counter()
-    micro_batches = [_to_device(next(batches), placement.device) for _ in range(run.plan.accumulation)]
+    micro_batches = [
+        evaluation.to_device(next(batches), placement.device) for _ in range(run.plan.accumulation)
+    ]
     window.waited += time.perf_counter() - started
-    counts = _global_counts(objective, micro_batches, placement.device)
+    counts = evaluation.global_counts(objective, micro_batches, placement.device)
     set_learning_rate(run.optimizer, learning_rate(run.step, job.optim.lr, job.schedule, job.train.max_steps))
     totals = _forward_backward(run, micro_batches, counts)
     run.step += 1
@@ -403,7 +363,7 @@ def _forward_backward(run: _Run, micro_batches: list[Batch], counts: dict[str, f
         run_state.fault_point(f"step-{run.step + 1}:micro-batch-{i}")
         for k, v in out.items():
             sums[k] = sums.get(k, 0.0) + v.detach().float()
-    return _all_reduce_dict(sums, placement.device)
+    return evaluation.all_reduce_dict(sums, placement.device)
 
 
 def _log_window(run: _Run) -> None:
@@ -451,7 +411,9 @@ def _mfu(run: _Run, rate: float) -> float | None:
 
 def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
     """Evaluate every held-out set, log it, and save RUN/best/ when the chosen figure improves."""
-    by_set = evaluate(run.module, run.objective, run.precision, run.placement, run.job.train.eval_batches)
+    by_set = evaluation.evaluate(
+        run.module, run.objective, run.precision, run.placement, run.job.train.eval_batches
+    )
     valid = _flatten(by_set)
     if run.log:
         for name, figures in by_set.items():
@@ -469,7 +431,7 @@ def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
     if _improves(valid[best_metric], run.best, run.objective.higher_is_better):
         run.best = {"metric": best_metric, "value": valid[best_metric], "step": run.step}
         # Collective under FSDP: every rank gathers the full weights.
-        plain = _full_model(run.module, run.model, run.objective, run.job.train.parallel)
+        plain = distributed.full_model(run.module, run.model, run.objective.add_heads, run.job.train.parallel)
         if run.placement.is_main:
             checkpoint.save(run.run_dir / BEST_DIR, plain, run.tokenizer)
         distributed.barrier()
@@ -481,7 +443,7 @@ def _write_checkpoint(run: _Run) -> None:
     parallel = run.job.train.parallel
     state = {
         "step": run.step,
-        "optimizer": _optimizer_state(run.module, run.optimizer, parallel),
+        "optimizer": distributed.optimizer_state(run.module, run.optimizer, parallel),
         "scaler": run.scaler.state_dict(),
         "rng": distributed.all_gather(run_state.rng_state()),  # every rank's streams
         "data": {"position": run.step * run.plan.accumulation, "micro_batch_size": run.plan.micro_batch_size},
@@ -490,7 +452,9 @@ def _write_checkpoint(run: _Run) -> None:
         "best": run.best,
         "window": dict(run.window.sums),
     }
-    plain = _full_model(run.module, run.model, run.objective, parallel)  # collective under FSDP
+    plain = distributed.full_model(
+        run.module, run.model, run.objective.add_heads, parallel
+    )  # collective under FSDP
     if run.placement.is_main:
         run.last_checkpoint = run_state.save_checkpoint(
             run.run_dir, run.step, plain, run.tokenizer, state, run.job.train.keep_last
@@ -540,130 +504,3 @@ def apply_update(
     scaler.update(finite)
     optimizer.zero_grad(set_to_none=True)
     return finite
-
-
-@torch.no_grad()
-def evaluate(
-    module: nn.Module,
-    objective: Objective,
-    precision: str,
-    placement: distributed.Placement,
-    max_batches: int = 0,
-) -> dict[str, dict[str, float]]:
-    """Each held-out set's figures: summed statistics all-reduced, per-example outputs gathered
-    from every rank; `max_batches` > 0 stops each set after that many micro-batches per rank."""
-    module.eval()
-    results = {}
-    for name, batches in objective.eval_sets.items():
-        sums: dict[str, torch.Tensor] = {}
-        examples: dict[str, list[np.ndarray]] = {}
-        for i, batch in enumerate(batches()):
-            if max_batches and i >= max_batches:
-                break
-            batch = _to_device(batch, placement.device)
-            with autocast(precision, placement.device):
-                out = module(batch)
-            for k, v in out.pop(EXAMPLES, {}).items():
-                examples.setdefault(k, []).append(v.detach().float().cpu().numpy())
-            counts = {f"{k}_count": torch.tensor(float(c)) for k, c in objective.counts(batch).items()}
-            for k, v in {**out, **counts}.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().float().to(placement.device)
-        gathered = distributed.all_gather({k: np.concatenate(v) for k, v in examples.items()})
-        merged = {k: np.concatenate([part[k] for part in gathered if k in part]) for k in examples}
-        results[name] = objective.metrics(_all_reduce_dict(sums, placement.device), merged)
-    if hasattr(module, "reshard"):
-        # FSDP2 leaves the root unsharded after a forward with no backward; the optimizer and
-        # the state-dict helpers expect the sharded parameters back.
-        module.reshard()
-    module.train()
-    return results
-
-
-def _global_counts(objective: Objective, batches: list[Batch], device: torch.device) -> dict[str, float]:
-    local: dict[str, float] = {}
-    for b in batches:
-        for k, v in objective.counts(b).items():
-            local[k] = local.get(k, 0.0) + float(v)
-    totals = _all_reduce_dict({k: torch.tensor(v) for k, v in local.items()}, device)
-    return {k: max(v, 1.0) for k, v in totals.items()}  # a batch with nothing masked adds no loss
-
-
-def _all_reduce_dict(values: dict[str, torch.Tensor], device: torch.device) -> dict[str, float]:
-    if not values:
-        return {}
-    keys = sorted(values)
-    packed = torch.stack(
-        [torch.as_tensor(values[k], dtype=torch.float64).to(device).reshape(()) for k in keys]
-    )
-    packed = distributed.all_reduce_sum(packed)
-    return dict(zip(keys, packed.tolist()))
-
-
-def _to_device(batch: Batch, device: torch.device) -> Batch:
-    return {
-        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
-    }
-
-
-def _check_resumable(model: RobertaModel, directory: Path, tokenizer) -> None:
-    """The checkpoint to resume holds this job's model: the same config, the same heads (names,
-    kinds, shapes, labels) and the same tokenizer; read from its config.json, no weights loaded."""
-    config, heads, fingerprint = checkpoint.read_config(directory)
-    if config != model.config:
-        changed = [k for k, v in config.to_dict().items() if model.config.to_dict()[k] != v]
-        raise UserError(
-            f"--resume: {directory} holds a model with other {', '.join(changed)} than this job's "
-            "(resume with the job the run was started with)"
-        )
-    wanted = checkpoint.head_shapes(model)
-    if heads != wanted:
-
-        def describe(specs: dict) -> str:
-            return (
-                ", ".join(f"{name} ({spec.get('num_classes', spec['kind'])})" for name, spec in specs.items())
-                or "none"
-            )
-
-        raise UserError(
-            f"--resume: {directory} holds the heads {describe(heads)}, this job trains {describe(wanted)} "
-            "(resume with the task and head the run was started with)"
-        )
-    if tokenizer is not None and fingerprint is not None and fingerprint != tokenizer.fingerprint():
-        raise UserError(f"--resume: {directory} was trained with another tokenizer than this job's data")
-
-
-def _optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, parallel: str) -> dict:
-    if parallel == "fsdp" and torch.distributed.is_initialized():
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_optimizer_state_dict(module, optimizer, options=options)
-    return optimizer.state_dict()
-
-
-def _load_optimizer(
-    module: nn.Module, optimizer, state: dict, parallel: str, placement: distributed.Placement
-) -> None:
-    if parallel == "fsdp" and placement.world_size > 1:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=True))
-        return
-    optimizer.load_state_dict(state)
-
-
-def _full_model(module: nn.Module, model: RobertaModel, objective: Objective, parallel: str) -> RobertaModel:
-    """A plain, unsharded model holding the current weights (what `checkpoint.save` writes)."""
-    if not (parallel == "fsdp" and torch.distributed.is_initialized()):
-        return model
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    full = {k.removeprefix("model."): v for k, v in full.items()}
-    with torch.random.fork_rng(devices=[]):  # initialising the copy must not move the training RNG
-        plain = RobertaModel(model.config)
-        objective.add_heads(plain)
-    if torch.distributed.get_rank() == 0:
-        plain.load_state_dict(full)
-    # A body read without a masked-LM head keeps saying so: its stand-in head is not a trained one.
-    return checkpoint.mark_without_lm_head(plain, checkpoint.without_lm_head(model))
