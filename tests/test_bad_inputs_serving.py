@@ -188,18 +188,23 @@ CASES = [
     ),
     Case(
         "export/tolerance-nan",
-        "--tolerance must be a finite number of 0 or more, not nan",
+        "export: field 'tolerance' must be a finite number, not nan",
         argv=export("--tolerance", "nan"),
     ),
     Case(
         "export/tolerance-inf",
-        "--tolerance must be a finite number of 0 or more, not inf",
+        "export: field 'tolerance' must be a finite number, not inf",
         argv=export("--tolerance", "inf"),
     ),
     Case(
         "export/tolerance-negative",
-        "--tolerance must be a finite number of 0 or more, not -1",
+        "export: field 'tolerance' must be at least 0, not -1.0",
         argv=export("--tolerance", "-1"),
+    ),
+    Case(
+        "convert/tolerance-inf",
+        "convert: field 'tolerance' must be a finite number, not inf",
+        argv=lambda env: ["convert", str(env.assets.checkpoint), str(env.work / "out"), "--tolerance", "inf"],
     ),
     Case("publish/rename-refused", "corpus: Permission denied", argv=publish_fails),
 ]
@@ -236,7 +241,7 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(
 
 
 def test_cases_cover_serve_export_and_publishing():
-    refusals.check_table(CASES, {"serve", "export", "publish"}, 20)
+    refusals.check_table(CASES, {"serve", "export", "convert", "publish"}, 20)
 
 
 @pytest.mark.slow

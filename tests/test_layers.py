@@ -13,6 +13,7 @@ LAYERS = {
     "roberta.text_input": 0,
     "roberta.arrow_input": 0,
     "roberta.validation": 0,
+    "roberta.options": 0,
     "roberta.model": 1,
     "roberta.padding": 1,
     "roberta.tokenizer": 1,

@@ -131,7 +131,8 @@ def test_probe_refuses_what_it_cannot_do_before_training(run, capsys, tmp_path):
     (finetuned / "job.json").write_text(json.dumps({"job": job["job"], "task": "RTE", "labels": ["0", "1"]}))
     cases = [
         (copy, glue, ["--checkpoints", "step-00000099"], "has no step-00000099"),
-        (copy, glue, ["--seeds", "0"], "--seeds must be at least 1"),
+        (copy, glue, ["--seeds", "0"], "probe: field 'seeds' must be at least 1, not 0"),
+        (copy, glue, ["--limit", "1"], "probe: field 'limit' must be at least 2, not 1"),
         (copy, glue, ["--tasks", "SST-2,QQP"], "QQP"),
         (copy, glue, ["--tasks", ","], "--tasks names no task"),
         (copy, glue, ["--tasks", "STS-B,SST-2,STS-B"], "--tasks names STS-B twice"),

@@ -37,6 +37,8 @@ from roberta.onnx_model import (
     hidden_names,
     session,
 )
+from roberta.options import ExportOptions
+from roberta.validation import check_value
 
 OPSET = 17
 
@@ -172,12 +174,16 @@ def quantize(directory: Path, graphs: dict[str, Path]) -> None:
         logging.disable(logging.NOTSET)
 
 
-def export_onnx(checkpoint: str | Path, out: str | Path, int8: bool = False, tolerance: float = 1e-4) -> Path:
+def export_onnx(
+    checkpoint: str | Path,
+    out: str | Path,
+    int8: bool = ExportOptions.int8,
+    tolerance: float = ExportOptions.tolerance,
+) -> Path:
     """Export the checkpoint at `checkpoint` (ours, HF or fairseq) to the directory `out`, checked."""
     from roberta.convert import load_any
 
-    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
-        raise UserError(f"--tolerance must be a finite number of 0 or more, not {tolerance}")
+    check_value(ExportOptions, "tolerance", tolerance, "export")
 
     model, tokenizer = load_any(Path(checkpoint), "cpu")
     if tokenizer is None:

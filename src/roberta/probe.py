@@ -28,7 +28,9 @@ from tqdm import tqdm
 from roberta import checkpoint
 from roberta.errors import UserError
 from roberta.io import atomic_write, read_json, write_json
+from roberta.options import ProbeOptions
 from roberta.train import run_state
+from roberta.validation import check_value
 
 TASKS = ("SST-2", "MRPC", "STS-B", "RTE", "CoLA")
 RANDOM = "random-init"
@@ -62,9 +64,9 @@ def probe(
     run: str | Path,
     glue: str | Path,
     tasks: tuple[str, ...] = TASKS,
-    seeds: int = 3,
-    checkpoints: str = "all",
-    limit: int | None = None,
+    seeds: int = ProbeOptions.seeds,
+    checkpoints: str = ProbeOptions.checkpoints,
+    limit: int | None = ProbeOptions.limit,
     progress: bool = True,
 ) -> dict:
     """Probe `run`'s checkpoints (`all`, `last` or "step-N,...") on `tasks` of the GLUE directory
@@ -73,10 +75,8 @@ def probe(
 
     run, glue = Path(run), Path(glue)
     chosen = [get_task(name) for name in _task_names(tasks)]
-    if seeds < 1:
-        raise UserError(f"--seeds must be at least 1, not {seeds}")
-    if limit is not None and limit < 2:
-        raise UserError(f"--limit must be at least 2 examples, not {limit}")
+    for name, value in (("seeds", seeds), ("limit", limit)):
+        check_value(ProbeOptions, name, value, "probe")
     per_step = _pretraining_tokens_per_step(run)
     found = _chosen_checkpoints(run, checkpoints)
     data = {task.name: _read_task(task, glue, min(limit or math.inf, RECIPE.examples)) for task in chosen}

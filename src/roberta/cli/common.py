@@ -4,7 +4,9 @@ declare (text corpora, line files, the hub's checkpoint options, progress), with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
+import typing
 from collections.abc import Callable
 
 from roberta.errors import UserError
@@ -23,6 +25,31 @@ def add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str, comma
         handler = declare(p)
         if handler is not None:
             p.set_defaults(handler=handler)
+
+
+def add_options(p: argparse.ArgumentParser, cls: type) -> None:
+    """One argument per field of the options dataclass `cls` (`roberta.options`): positional or a
+    flag (`--max-body-kb` for max_body_kb), typed by its annotation, with its default, choices and
+    help. A bool field is a switch that is off by default."""
+    kinds = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        help = meta.pop("help").format(default=f.default)
+        if meta.pop("positional", False):
+            p.add_argument(f.name, help=help, **meta)
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if kinds[f.name] is bool:
+            p.add_argument(flag, action="store_true", help=help)
+            continue
+        kind = next(k for k in (int, float, str) if k in (kinds[f.name], *typing.get_args(kinds[f.name])))
+        choices = getattr(cls, "CHOICES", {}).get(f.name)
+        p.add_argument(flag, type=kind, default=f.default, choices=choices, help=help, **meta)
+
+
+def options_from(args: argparse.Namespace, cls: type):
+    """The options dataclass `cls` from the parsed arguments `add_options` declared."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
 def progress_option(p: argparse.ArgumentParser) -> None:

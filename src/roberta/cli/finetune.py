@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, progress_option
+from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, add_options, options_from
+from roberta.options import ProbeOptions
 
 if TYPE_CHECKING:
     from roberta.tasks.classify import Sentences
@@ -301,24 +302,15 @@ def _probe(p: argparse.ArgumentParser) -> Handler:
     held-out masked-token accuracy) and probe.png (the scores against tokens seen). Cells already in
     probe.json are kept: a rerun trains nothing new and a killed probe continues.
     """
-    p.add_argument("run", help="a pretraining run directory (RUN/checkpoints/step-N)")
-    p.add_argument("--glue", required=True, metavar="DIR", help="the folder holding the GLUE task folders")
-    p.add_argument("--tasks", help="GLUE tasks, comma-separated (default SST-2,MRPC,STS-B,RTE,CoLA)")
-    p.add_argument(
-        "--seeds", type=int, default=3, help="fine-tuning seeds per cell; the median is reported (default 3)"
-    )
-    p.add_argument(
-        "--checkpoints", default="all", help="all, last, or step-N names, comma-separated (default all)"
-    )
-    p.add_argument("--limit", type=int, help="at most N training examples per task (quick looks)")
-    progress_option(p)
+    add_options(p, ProbeOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.probe import TASKS, probe
 
-        tasks = TASKS if args.tasks is None else tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-        probe(args.run, args.glue, tasks, args.seeds, args.checkpoints, args.limit, not args.no_progress)
-        print(f"{args.run}/probe: probe.json, probe.md, probe.png")
+        o = options_from(args, ProbeOptions)
+        tasks = TASKS if o.tasks is None else tuple(t.strip() for t in o.tasks.split(",") if t.strip())
+        probe(o.run, o.glue, tasks, o.seeds, o.checkpoints, o.limit, not o.no_progress)
+        print(f"{o.run}/probe: probe.json, probe.md, probe.png")
 
     return run
 

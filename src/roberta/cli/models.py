@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from roberta.cli.common import Handler
+from roberta.cli.common import Handler, add_options, options_from
+from roberta.options import ConvertOptions, ExportOptions, ServeOptions
 
 
 def _convert(p: argparse.ArgumentParser) -> Handler:
@@ -14,22 +15,12 @@ def _convert(p: argparse.ArgumentParser) -> Handler:
     its directory), writes DST in the chosen format, then runs both models on a probe batch and
     prints the largest difference; above --tolerance nothing is written.
     """
-    p.add_argument("src", help="checkpoint to read: directory, or a fairseq model.pt")
-    p.add_argument("dst", help="directory to write (replaced atomically if it holds a checkpoint)")
-    p.add_argument(
-        "--to",
-        choices=["roberta", "hf", "fairseq"],
-        default="roberta",
-        help="format of DST (default roberta)",
-    )
-    p.add_argument(
-        "--tolerance", type=float, default=1e-5, help="largest allowed output difference (default 1e-5)"
-    )
+    add_options(p, ConvertOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.convert import convert
 
-        convert(args.src, args.dst, to=args.to, tolerance=args.tolerance)
+        convert(**vars(options_from(args, ConvertOptions)))
 
     return run
 
@@ -44,14 +35,12 @@ def _serve(p: argparse.ArgumentParser) -> Handler:
     127.0.0.1: --host 0.0.0.0 exposes the server to the network, and it has no authentication.
     SIGTERM or Ctrl-C stops it after answering the requests in flight.
     """
-    from roberta.serve.options import add_to_parser, from_arguments
-
-    add_to_parser(p)
+    add_options(p, ServeOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.serve.server import serve
 
-        serve(from_arguments(args))
+        serve(options_from(args, ServeOptions))
 
     return run
 
@@ -66,20 +55,13 @@ def _export(p: argparse.ArgumentParser) -> Handler:
     int8 quantization of each graph (*.int8.onnx), printing its agreement with fp32.
     `roberta serve OUT --runtime onnx` serves it.
     """
-    p.add_argument("checkpoint", help="our checkpoint, an HF or fairseq directory")
-    p.add_argument("out", help="directory to write (replaced atomically if it holds an export)")
-    p.add_argument("--to", choices=["onnx"], default="onnx", help="format (default onnx)")
-    p.add_argument(
-        "--int8", action="store_true", help="also write int8 graphs (onnxruntime dynamic quantization)"
-    )
-    p.add_argument(
-        "--tolerance", type=float, default=1e-4, help="largest allowed output difference (default 1e-4)"
-    )
+    add_options(p, ExportOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.onnx_export import export_onnx
 
-        export_onnx(args.checkpoint, args.out, int8=args.int8, tolerance=args.tolerance)
+        options = options_from(args, ExportOptions)
+        export_onnx(options.checkpoint, options.out, int8=options.int8, tolerance=options.tolerance)
 
     return run
 

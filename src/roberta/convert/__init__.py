@@ -19,6 +19,8 @@ from roberta.convert.hf import export_hf, read_hf, write_hf
 from roberta.errors import UserError
 from roberta.io import atomic_directory, read_json
 from roberta.model import RobertaModel
+from roberta.options import ConvertOptions
+from roberta.validation import check_value
 
 __all__ = ["convert", "detect_format", "export_fairseq", "export_hf", "load_any", "read_fairseq", "read_hf"]
 
@@ -63,7 +65,9 @@ def load_any(
     return (read_hf if fmt == "hf" else read_fairseq)(path, map_location)
 
 
-def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: float = 1e-5) -> float:
+def convert(
+    src: str | Path, dst: str | Path, to: str = ConvertOptions.to, tolerance: float = ConvertOptions.tolerance
+) -> float:
     """Convert a checkpoint of any known format to `to`, verify it, and return the largest difference.
 
     Both the source model and the written one (run by HF transformers itself for `to="hf"`, when
@@ -73,6 +77,7 @@ def convert(src: str | Path, dst: str | Path, to: str = "roberta", tolerance: fl
     """
     if to not in WRITERS:
         raise UserError(f"unknown target format {to!r}; choose one of {', '.join(WRITERS)}")
+    check_value(ConvertOptions, "tolerance", tolerance, "convert")
     model, tokenizer = load_any(src)
     model = model.float().eval()
     tokens = verify.probe_batch(model.config)

@@ -24,10 +24,10 @@ from starlette.routing import Route
 
 from roberta.errors import UserError
 from roberta.hub import Roberta
+from roberta.options import ServeOptions
 from roberta.serve import endpoints
 from roberta.serve.batcher import Batcher, QueueFull
 from roberta.serve.endpoints import Refused
-from roberta.serve.options import ServeOptions
 
 MESSAGE_CHARS = 300  # an error quotes at most this much: a 1 MB body never becomes a 1 MB message
 

@@ -18,7 +18,7 @@ import torch
 
 from roberta.errors import UserError
 from roberta.hub import Roberta
-from roberta.serve.options import ServeOptions
+from roberta.options import ServeOptions
 
 
 class Refused(Exception):

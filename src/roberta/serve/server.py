@@ -15,10 +15,10 @@ import torch
 
 from roberta.errors import UserError
 from roberta.hub import Roberta, check_device, load
+from roberta.options import ServeOptions, check
 from roberta.serve import endpoints
 from roberta.serve.app import build_app
 from roberta.serve.batcher import Batcher
-from roberta.serve.options import ServeOptions, check
 
 __all__ = ["ServeOptions", "listen", "load_hub", "make_app", "serve"]
 
@@ -140,7 +140,7 @@ def _can_fill_mask(hub: Roberta) -> bool:
 
 def make_app(options: ServeOptions, hub: Roberta | None = None):
     """The application for `options` (and its batcher): a test passes a hub already loaded."""
-    check(options)
+    check(options, "serve")
     hub = hub if hub is not None else load_hub(options)
     forward_passes = count_forward_passes(hub)
     batcher = Batcher(
@@ -155,7 +155,7 @@ def serve(options: ServeOptions) -> None:
     """Serve until SIGTERM / Ctrl-C (graceful: requests in flight are answered)."""
     import uvicorn
 
-    check(options)
+    check(options, "serve")
     sock = listen(options.host, options.port)
     try:
         app, _ = make_app(options)

@@ -1,0 +1,128 @@
+"""The options of the verbs that are not training jobs, declared once (a training job's options are
+its sections, in `train/config.py`): each field's default, its command-line help and its rule.
+
+The command line is built from these dataclasses (`cli.common.add_options`), the functions below
+take their defaults from them, and `check` refuses a value outside its rule through
+`validation.py`, with the training config's "field 'x' must be ..." message, before anything is
+read or written. Torch-free, so that building the command line imports no torch.
+
+Field metadata: `help` ("{default}" in it is the default), and for the command line `positional`
+(an argument, not a flag), `required`, `metavar`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roberta import validation
+
+RUNTIMES = ("torch", "onnx")
+
+
+def argument(help: str, **cli) -> object:
+    """A positional argument's field: no default."""
+    return field(metadata={"help": help, "positional": True, **cli})
+
+
+def option(default, help: str, **cli) -> object:
+    """A flag's field with its default; "{default}" in `help` is the default."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
+def check(options: object, verb: str) -> None:
+    """Every field of `options` of its type and within its rule (UserError "<verb>: field 'x' must
+    be ...")."""
+    validation.check_fields(options, verb)
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    src: str = argument("checkpoint to read: directory, or a fairseq model.pt")
+    dst: str = argument("directory to write (replaced atomically if it holds a checkpoint)")
+    to: str = option("roberta", "format of DST (default {default})")
+    tolerance: float = option(1e-5, "largest allowed output difference (default 1e-5)")
+
+    CHOICES = {"to": ("roberta", "hf", "fairseq")}
+    RANGES = {"tolerance": ">=0"}
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    checkpoint: str = argument("our checkpoint, an HF or fairseq directory")
+    out: str = argument("directory to write (replaced atomically if it holds an export)")
+    to: str = option("onnx", "format (default {default})")
+    int8: bool = option(False, "also write int8 graphs (onnxruntime dynamic quantization)")
+    tolerance: float = option(1e-4, "largest allowed output difference (default 1e-4)")
+
+    CHOICES = {"to": ("onnx",)}
+    RANGES = {"tolerance": ">=0"}
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    run: str = argument("a pretraining run directory (RUN/checkpoints/step-N)")
+    glue: str = option(None, "the folder holding the GLUE task folders", required=True, metavar="DIR")
+    tasks: str | None = option(None, "GLUE tasks, comma-separated (default SST-2,MRPC,STS-B,RTE,CoLA)")
+    seeds: int = option(3, "fine-tuning seeds per cell; the median is reported (default {default})")
+    checkpoints: str = option("all", "all, last, or step-N names, comma-separated (default {default})")
+    limit: int | None = option(None, "at most N training examples per task (quick looks)")
+    no_progress: bool = option(False, "no progress bar")
+
+    RANGES = {"seeds": ">=1", "limit": ">=2"}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`roberta serve`'s. The request bounds exist because a small request can ask for a lot: 217
+    bytes of `/fill-mask` with `topk` at the vocabulary size is tens of megabytes of answer, and
+    fifty thousand one-word texts fit in a megabyte. Each bound is answered with 413 naming its
+    option, as text-embeddings-inference and Infinity bound a client's batch."""
+
+    checkpoint: str = argument("our checkpoint, an HF or fairseq directory; with --runtime onnx an export")
+    host: str = option("127.0.0.1", "address to bind (default {default}, this machine only)")
+    port: int = option(8080, "port (default {default}; 0: any free port, printed at start)")
+    runtime: str = option(
+        "torch", "torch (default), or onnx: a directory written by `roberta export --to onnx`"
+    )
+    int8: bool = option(
+        False,
+        "CPU: int8 Linear layers (torch: printing the agreement with fp32 first; onnx: the export's "
+        "int8 graphs)",
+    )
+    device: str = option("cpu", "torch device (default {default})")
+    max_batch_tokens: int = option(
+        2048, "tokens a batch takes from the queue, and padded tokens per forward pass (default {default})"
+    )
+    max_wait_ms: float = option(
+        0.0,
+        "how long the first queued request waits for others to share its batch (default 0: run "
+        "what has arrived; requests arriving meanwhile form the next batch)",
+    )
+    timeout: float = option(
+        60.0,
+        "seconds before a request gets 504; its work stops at the next forward pass (default {default:g})",
+    )
+    max_body_kb: int = option(1024, "largest request body in KiB (default {default})")
+    max_items: int = option(256, "texts (or questions) one request may send (default {default})")
+    max_request_tokens: int = option(
+        16384, "tokens one request may send, all its texts together (default {default})"
+    )
+    max_answers: int = option(
+        1024, "rows one answer may hold: fill-mask's topk x texts, answer's topk (default {default})"
+    )
+
+    CHOICES = {"runtime": RUNTIMES}
+    RANGES = {
+        "port": "[0,65535]",
+        "max_batch_tokens": ">=1",
+        "max_wait_ms": ">=0",
+        "timeout": ">0",
+        "max_body_kb": ">=1",
+        "max_items": ">=1",
+        "max_request_tokens": ">=1",
+        "max_answers": ">=1",
+    }
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.max_body_kb << 10
