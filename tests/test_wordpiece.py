@@ -137,7 +137,7 @@ def test_whole_word_masking_uses_the_continuation_marks(text, tmp_path):
 
 def test_equal_to_bert_tokenizer_fast_on_a_corpus_sample(shared_data, tmp_path):
     """Trained on part of the books+wiki corpus, checked on other files of it (the whole corpus:
-    benchmarks/wordpiece_equality.py)."""
+    benchmarks/experiments/wordpiece_equality.py)."""
     wiki = sorted((shared_data / "corpus" / "wiki").glob("*.txt"))
     books = sorted((shared_data / "corpus" / "books").rglob("*.txt"))
     tok = train_wordpiece(wiki[:2], tmp_path / "tok", 4000, progress=False)

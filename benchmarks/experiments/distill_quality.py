@@ -15,7 +15,7 @@ Speed: the teacher's and a distilled student's best checkpoints classify SST-2's
 through the hub (`Roberta.predict`, batched as `roberta predict` batches), alternating in slices;
 sentences per second, median of the slices.
 
-    .venv/bin/python benchmarks/distill_quality.py --teacher RUN/checkpoints/step-N \
+    .venv/bin/python benchmarks/experiments/distill_quality.py --teacher RUN/checkpoints/step-N \
         --student SMALL/checkpoints/step-M --work /tmp/distill
 """
 
@@ -31,11 +31,13 @@ from pathlib import Path
 
 import torch
 
-from harness import DEFAULT_DATA, machine, versions
+# harness.py, shared with the `make bench` scripts, lives one level up in benchmarks/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import DEFAULT_DATA, machine, versions  # noqa: E402
 from roberta.probe import RECIPE, task_score
 from roberta.tasks.glue import get_task
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "roberta.cli"]
 
 

@@ -22,9 +22,10 @@ anything but a 4xx, or the server's RSS at the end is over 110% of its RSS after
 Both write benchmarks/results/<date>-serve-load.md (or -serve-soak.md) with the command, machine,
 versions and date. Run them on a quiet machine:
 
-    .venv/bin/python benchmarks/serve_load.py --infinity /work/venv-infinity/bin/infinity_emb
-    .venv/bin/python benchmarks/serve_load.py --soak
-    .venv/bin/python benchmarks/serve_load.py --config tiny --clients 1,8 --slice-s 2 --rounds 1  # smoke
+    .venv/bin/python benchmarks/experiments/serve_load.py --infinity /work/venv-infinity/bin/infinity_emb
+    .venv/bin/python benchmarks/experiments/serve_load.py --soak
+    .venv/bin/python benchmarks/experiments/serve_load.py --config tiny --clients 1,8 --slice-s 2 \\
+        --rounds 1  # smoke
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+# harness.py, shared with the `make bench` scripts, lives one level up in benchmarks/.
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from harness import DEFAULT_DATA, machine, versions  # noqa: E402

@@ -4,9 +4,10 @@ the last layer stay (cosine), and the size of each model's weights.
 
 The checkpoint's head named after the task (what `roberta finetune glue` saves in RUN/best)
 labels the dev file, whose inputs are cut to the model's positions as in training. fp32 runs
-first; then `Roberta.quantize()` and the same inputs again. Speed is embed_throughput.py's business.
+first; then `Roberta.quantize()` and the same inputs again. Speed is
+benchmarks/embed_throughput.py's business.
 
-    .venv/bin/python benchmarks/int8_agreement.py --checkpoint RUN/best --task SST-2 \\
+    .venv/bin/python benchmarks/experiments/int8_agreement.py --checkpoint RUN/best --task SST-2 \\
         --dev ../shared/data/glue/SST-2/dev.tsv
 """
 

@@ -11,7 +11,7 @@ evaluation by the task's first metric, as `roberta finetune` picks RUN/best/. Wr
 WORK/glue_quality.json (every run, every evaluation) and WORK/glue_quality.md (median and seeds).
 A variant whose runs are already complete in WORK is read back, not run again.
 
-    .venv/bin/python benchmarks/glue_quality.py --pretrained ckpt --work /tmp/quality --epochs 1 \
+    .venv/bin/python benchmarks/experiments/glue_quality.py --pretrained ckpt --work /tmp/quality --epochs 1 \
         --steps SST-2=800
 """
 
@@ -29,11 +29,13 @@ from pathlib import Path
 
 import torch
 
-from harness import hf_trainer_recipe
+# harness.py, shared with the `make bench` scripts, lives one level up in benchmarks/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import hf_trainer_recipe  # noqa: E402
 from roberta.tasks.classify import label_ids
 from roberta.tasks.glue import GlueTask, get_task, read_split
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["SST-2", "STS-B", "CoLA", "MRPC", "RTE"]
 VARIANTS = ["ours", "hf", "random"]
 

@@ -1,7 +1,7 @@
 """A WordPiece vocabulary trained on the books+wiki corpus, checked against transformers'
 BertTokenizerFast on every line of that corpus: the same ids, line by line.
 
-    .venv/bin/python benchmarks/wordpiece_equality.py [--vocab-size 28996] [--uncased] [--out DIR]
+    .venv/bin/python benchmarks/experiments/wordpiece_equality.py [--vocab-size 28996] [--uncased] [--out DIR]
 
 Trains with `roberta.wordpiece.train_wordpiece` (what `roberta train-tokenizer --kind wordpiece`
 runs), then encodes each file's lines with our tokenizer and with
@@ -23,7 +23,7 @@ import transformers
 
 from roberta.wordpiece import train_wordpiece
 
-DATA = Path(os.environ.get("ROBERTA_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = Path(os.environ.get("ROBERTA_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def hf_ids(hf, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
