@@ -153,6 +153,15 @@ def train_tokenizer(env: Env, *inputs: str, vocab: str = "300") -> list[str]:
     ]
 
 
+def parquet_without_text(env: Env) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = env.work / "rows.parquet"
+    pq.write_table(pa.table({"body": ["a sentence"]}), path)
+    return str(path)
+
+
 def config(**values) -> Callable[[Env], Callable[[], object]]:
     return lambda env: lambda: RobertaConfig.from_dict({**MICRO.to_dict(), **values}, source="job.json")
 
@@ -330,6 +339,31 @@ CASES = [
         "train-tokenizer/empty-corpus",
         "empty corpus",
         argv=lambda e: train_tokenizer(e, e.file("blank.txt", "\n\n")),
+    ),
+    # With the progress bar on (no --no-progress): refused before it is drawn, so one line.
+    Case(
+        "train-tokenizer/empty-corpus-bar",
+        "empty corpus",
+        argv=lambda e: (
+            ["train-tokenizer", e.file("blank.txt", "\n\n"), "--out", str(e.work / "tok")]
+            + ["--vocab-size", "300"]
+        ),
+    ),
+    Case(
+        "train-tokenizer/wordpiece-empty-corpus-bar",
+        "empty corpus",
+        argv=lambda e: (
+            ["train-tokenizer", e.file("blank.txt", " \n"), "--out", str(e.work / "tok")]
+            + ["--vocab-size", "300", "--kind", "wordpiece"]
+        ),
+    ),
+    Case(
+        "train-tokenizer/parquet-no-text-column-bar",
+        "no column 'text' (columns: body)",
+        argv=lambda e: (
+            ["train-tokenizer", parquet_without_text(e), "--out", str(e.work / "tok")]
+            + ["--vocab-size", "300"]
+        ),
     ),
     Case(
         "train-tokenizer/vocab-too-small",

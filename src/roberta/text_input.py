@@ -28,7 +28,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from roberta.arrow_input import RECORD_SUFFIXES, dataset_files, is_records, record_batches, text_bytes
+from roberta.arrow_input import (
+    RECORD_SUFFIXES,
+    check_schema,
+    dataset_files,
+    is_records,
+    record_batches,
+    text_bytes,
+)
 from roberta.errors import UserError
 
 # A chunk grows past chunk_bytes only to reach a document boundary, up to this many chunk sizes.
@@ -292,15 +299,20 @@ def _jsonl_text(line: str, path: str, number: int, options: InputOptions) -> str
 
 class TrainingText:
     """The sentences a tokenizer trainer reads, in batches: text files read exactly as `roberta
-    prepare` reads them, under a progress bar. `check_not_empty` refuses a corpus with no text once
-    the trainer has read it (the trainer's iterator cannot raise through its Rust caller)."""
+    prepare` reads them, under a progress bar. A corpus the trainer could not use (a record file
+    without its text column, no text at all) is refused before the bar is drawn: the first
+    sentence is looked for first, so an empty corpus is read twice and a full one barely."""
 
     def __init__(self, files: list[str | Path], options: InputOptions, progress: bool):
         from tqdm import tqdm
 
         self.paths = expand_inputs(list(files))
         self.options = options
-        self.sentences = 0
+        for path in filter(is_records, self.paths):
+            check_schema(path, [options.text_field], [options.text_field])
+        if not any(chunk_sentences(c, options)[0] for c in iter_chunks(self.paths, 1 << 16, options)):
+            shown = ", ".join(map(str, self.paths[:3])) + (" ..." if len(self.paths) > 3 else "")
+            raise UserError(f"{shown}: empty corpus (no non-blank lines)")
         sizes = [input_size(p) for p in self.paths]
         self.bar = tqdm(
             total=None if None in sizes else sum(sizes),
@@ -313,13 +325,8 @@ class TrainingText:
     def batches(self) -> Iterator[list[str]]:
         """Each chunk's sentences (chunks of about 1 MB of whole documents)."""
         for chunk in iter_chunks(self.paths, 1 << 20, self.options):
-            batch = chunk_sentences(chunk, self.options)[0]
-            self.sentences += len(batch)
-            yield batch
+            yield chunk_sentences(chunk, self.options)[0]
             self.bar.update(chunk.nbytes)
 
-    def check_not_empty(self) -> None:
+    def close(self) -> None:
         self.bar.close()
-        if not self.sentences:
-            shown = ", ".join(map(str, self.paths[:3])) + (" ..." if len(self.paths) > 3 else "")
-            raise UserError(f"{shown}: empty corpus (no non-blank lines)")

@@ -951,7 +951,7 @@ def train_tokenizer(
     engine.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     trainer = _bpe_trainer(vocab_size, min_frequency, specials, progress)
     engine.train_from_iterator(text.batches(), trainer)
-    text.check_not_empty()
+    text.close()
     # replace_if=(): only an empty `out` may be replaced, as checked above.
     with atomic_directory(out, replace_if=()) as staging:
         _write_hf_files(engine, staging)

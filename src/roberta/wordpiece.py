@@ -65,7 +65,7 @@ def train_wordpiece(
         show_progress=progress,
     )
     engine.train_from_iterator(text.batches(), trainer)
-    text.check_not_empty()
+    text.close()
     vocab = engine.get_vocab()
     tokens = [*sorted(vocab, key=vocab.__getitem__), WORDPIECE_SPECIALS["mask"]]
     # replace_if=(): only an empty `out` may be replaced, as checked above.
