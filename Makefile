@@ -3,7 +3,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
-# The real-weights fixture of tests/test_real_checkpoints.py: sapiens ships two fairseq RoBERTa
+# The real-weights fixture of tests/convert/test_real_checkpoints.py: sapiens ships two fairseq RoBERTa
 # checkpoints with a symbol dict.txt. Its wheel requires fairseq and torch<2.5, neither of which the
 # tests import, so it is installed without dependencies (as an extra, pip would replace torch).
 SAPIENS := sapiens==1.0.5

@@ -17,7 +17,7 @@ would get the first merge's priority for both in tiktoken and encode differently
 reuses that token's id), so `_tiktoken_ranks` refuses one and the `tokenizers` engine is
 used for everything. Beyond that rule, equality is checked, not proven: on all 79 MB of the
 corpus for GPT-2, and on held-out text and random Unicode for a trained vocabulary
-(tests/test_tokenizer.py).
+(tests/tokenizer/test_tokenizer.py).
 """
 
 from __future__ import annotations

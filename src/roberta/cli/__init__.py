@@ -97,7 +97,3 @@ def main(argv: list[str] | None = None) -> int:
         print("roberta: interrupted", file=sys.stderr)
         return 130
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

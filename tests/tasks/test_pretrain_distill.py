@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from test_train_pretrain import pretrain
 
 from roberta import checkpoint
 from roberta.config import RobertaConfig
@@ -12,7 +13,6 @@ from roberta.data.masking import IGNORE_INDEX
 from roberta.model import RobertaModel
 from roberta.tasks.pretrain import mlm_loss
 from roberta.tasks.pretrain_distill import Teacher
-from test_train_pretrain import pretrain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,7 +13,7 @@ import train_fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-FIXTURE = Path(__file__).with_name("train_fixtures.py")
+FIXTURE = Path(__file__).parents[1] / "train_fixtures.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 NO_DROPOUT = [
     "--model.dropout=0",

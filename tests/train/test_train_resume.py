@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
-FIXTURE = Path(__file__).with_name("train_fixtures.py")
+FIXTURE = Path(__file__).parents[1] / "train_fixtures.py"
 JOB = ["--train.max_steps=10", "--train.checkpoint_every=3", "--train.eval_every=5", "--train.eval_batches=1"]
 
 

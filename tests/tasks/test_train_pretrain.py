@@ -12,7 +12,7 @@ from roberta.cli import main
 from roberta.padding import Selected, Unpadded
 from roberta.tasks.pretrain import sinusoidal_positions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 
 MICRO = (
