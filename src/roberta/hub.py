@@ -106,7 +106,7 @@ class Roberta(nn.Module):
         """
         ids = self.tokenizer.encode(sentence, *pairs, no_separator=no_separator)
         if len(ids) > self.max_seq_len:
-            self._refuse_or_warn(len(ids), 0, truncate, 1)
+            _refuse_or_warn(len(ids), 0, truncate, 1, self.max_seq_len)
             ids = self.tokenizer.encode(
                 sentence, *pairs, no_separator=no_separator, max_length=self.max_seq_len
             )
@@ -124,7 +124,7 @@ class Roberta(nn.Module):
         ids = self.tokenizer.encode_batch(sentences, pairs, no_separator=no_separator)
         long = [i for i, seq in enumerate(ids) if len(seq) > self.max_seq_len]
         if long:
-            self._refuse_or_warn(len(ids[long[0]]), long[0], truncate, len(long))
+            _refuse_or_warn(len(ids[long[0]]), long[0], truncate, len(long), self.max_seq_len)
             cut = self.tokenizer.encode_batch(
                 [sentences[i] for i in long],
                 None if pairs is None else [pairs[i] for i in long],
@@ -134,15 +134,6 @@ class Roberta(nn.Module):
             for i, seq in zip(long, cut):
                 ids[i] = seq
         return [torch.tensor(seq, dtype=torch.long) for seq in ids]
-
-    def _refuse_or_warn(self, length: int, index: int, truncate: bool, count: int) -> None:
-        if not truncate:
-            raise TooLongError(
-                f"text of {length} tokens is longer than the model's {self.max_seq_len} positions "
-                f"(truncate=True / --truncate cuts it)",
-                index,
-            )
-        warnings.warn(f"truncated {count} text(s) to the model's {self.max_seq_len} positions", stacklevel=3)
 
     def decode(self, tokens: torch.Tensor) -> str | list[str]:
         """Text of 1-D ids, specials dropped; a list of texts where `</s></s>` separates a pair
@@ -305,7 +296,7 @@ class Roberta(nn.Module):
             return list(zip(values.tolist(), indices.tolist()))
 
         found = self._batched([self.encode_masked(text) for text in texts], run)
-        results = [self._fillings(text, *best) for text, best in zip(texts, found)]
+        results = [_fillings(self.tokenizer, text, *best) for text, best in zip(texts, found)]
         return results[0] if isinstance(masked_input, str) else results
 
     def check_fill_mask(self, topk: int) -> None:
@@ -343,36 +334,7 @@ class Roberta(nn.Module):
     def encode_masked(self, text: str) -> torch.Tensor:
         """The ids `fill_mask` runs for a text with one `<mask>` (UserError: no or several masks,
         or longer than the model's positions)."""
-        count = text.count(MASK)
-        if count != 1:
-            raise UserError(f"fill_mask needs exactly one {MASK} in the text, found {count}: {_quote(text)}")
-        before, after = text.split(MASK)
-        t = self.tokenizer
-        ids = [
-            t.bos_id,
-            *t.tokenize_ids(before.rstrip()),
-            t.mask_id,
-            *t.tokenize_ids(after.rstrip()),
-            t.eos_id,
-        ]
-        if len(ids) > self.max_seq_len:
-            raise UserError(
-                f"fill_mask text of {len(ids)} tokens is longer than the model's {self.max_seq_len} "
-                f"positions: {_quote(text)}"
-            )
-        return torch.tensor(ids, dtype=torch.long)
-
-    def _fillings(self, text: str, scores: list[float], ids: list[int]) -> list[tuple[str, float, str]]:
-        t = self.tokenizer
-        specials = {t.bos_id, t.pad_id, t.eos_id, t.unk_id, t.mask_id}
-        # A byte-level token carries its leading space ('Ġ'), so it takes the space before <mask> too.
-        byte_level = t.kind in ("gpt2", "hf")
-        target = " " + MASK if byte_level and " " + MASK in text else MASK
-        out = []
-        for score, i in zip(scores, ids):
-            token = t.id_to_token(i) if i in specials else t.decode([i])
-            out.append((text.replace(target, token), score, token))
-        return out
+        return torch.tensor(_masked_ids(self.tokenizer, text, self.max_seq_len), dtype=torch.long)
 
     # ---- batching
 
@@ -382,57 +344,12 @@ class Roberta(nn.Module):
                 f"token ids must be a 1-D sequence or a 2-D [batch, length] tensor, not {tokens.dim()}-D "
                 f"(shape {list(tokens.shape)})"
             )
-        self._check_ids(tokens)
+        _check_ids(tokens, self.model.config.vocab_size)
         return (tokens.unsqueeze(0) if tokens.dim() == 1 else tokens).to(self.device)
-
-    def _check_ids(self, tokens: torch.Tensor, index: int | None = None) -> None:
-        """Integer ids inside the model's vocabulary, else a UserError (not an IndexError from the
-        embedding)."""
-        where = "" if index is None else f"input {index}: "
-        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-            raise UserError(f"{where}token ids must be integers, not {tokens.dtype}")
-        if tokens.numel() == 0:
-            raise UserError(f"{where}an empty sequence of token ids")
-        vocab = self.model.config.vocab_size
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab:
-            raise UserError(
-                f"{where}token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} "
-                f"(0..{vocab - 1})"
-            )
-
-    def _as_sequence(self, seq, index: int) -> torch.Tensor:
-        if isinstance(seq, (str, bytes)):
-            raise UserError(
-                f"input {index}: token ids expected, got text {seq[:40]!r} (encode it first: roberta.encode)"
-            )
-        try:
-            tensor = torch.as_tensor(seq)
-        except (TypeError, ValueError, RuntimeError):
-            raise UserError(f"input {index}: not a sequence of token ids: {str(seq)[:60]!r}") from None
-        if tensor.dim() == 0:
-            raise UserError(
-                f"input {index}: a single id {seq!r}, not a sequence (the ids of one text: a tensor, or "
-                "[ids])"
-            )
-        if tensor.dim() != 1:
-            raise UserError(
-                f"input {index}: each sequence in a list must be 1-D, not shape {list(tensor.shape)}"
-            )
-        self._check_ids(tensor, index)
-        return tensor.long()
 
     def _batched(self, seqs: TokenSeqs, run: Callable[[torch.Tensor, list[int]], list]) -> list:
         """`run(padded batch, lengths)` over length-sorted batches; its per-row results in input order."""
-        if isinstance(seqs, (str, bytes)):
-            raise UserError(f"token ids expected, got text {seqs[:40]!r} (encode it first: roberta.encode)")
-        if not isinstance(seqs, (Sequence, np.ndarray)):
-            raise UserError(
-                f"token ids expected: a tensor or a list of 1-D id sequences, not {type(seqs).__name__}"
-            )
-        if len(seqs) == 0:
-            raise UserError("an empty list of inputs")
-        seqs = [self._as_sequence(seq, i) for i, seq in enumerate(seqs)]
+        seqs = _sequences(seqs, self.model.config.vocab_size)
         lengths = [len(s) for s in seqs]
         results: list = [None] * len(seqs)
         with self._mode():
@@ -523,3 +440,92 @@ def check_device(device: str | torch.device) -> torch.device:
         reason = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]
         raise UserError(f"device {str(device)!r} unavailable on this machine ({reason})") from None
     return device
+
+
+# ---- the hub's inputs, checked and shaped
+
+
+def _refuse_or_warn(length: int, index: int, truncate: bool, count: int, max_seq_len: int) -> None:
+    if not truncate:
+        raise TooLongError(
+            f"text of {length} tokens is longer than the model's {max_seq_len} positions "
+            f"(truncate=True / --truncate cuts it)",
+            index,
+        )
+    warnings.warn(f"truncated {count} text(s) to the model's {max_seq_len} positions", stacklevel=3)
+
+
+def _masked_ids(t: Tokenizer, text: str, max_seq_len: int) -> list[int]:
+    """`<s> before <mask> after </s>`, each side right-stripped and encoded on its own (fairseq)."""
+    count = text.count(MASK)
+    if count != 1:
+        raise UserError(f"fill_mask needs exactly one {MASK} in the text, found {count}: {_quote(text)}")
+    before, after = text.split(MASK)
+    ids = [t.bos_id, *t.tokenize_ids(before.rstrip()), t.mask_id, *t.tokenize_ids(after.rstrip()), t.eos_id]
+    if len(ids) > max_seq_len:
+        raise UserError(
+            f"fill_mask text of {len(ids)} tokens is longer than the model's {max_seq_len} "
+            f"positions: {_quote(text)}"
+        )
+    return ids
+
+
+def _fillings(t: Tokenizer, text: str, scores: list[float], ids: list[int]) -> list[tuple[str, float, str]]:
+    """Each filling of the `<mask>` in `text`: (the filled text, its probability, the token)."""
+    specials = {t.bos_id, t.pad_id, t.eos_id, t.unk_id, t.mask_id}
+    # A byte-level token carries its leading space ('Ġ'), so it takes the space before <mask> too.
+    byte_level = t.kind in ("gpt2", "hf")
+    target = " " + MASK if byte_level and " " + MASK in text else MASK
+    out = []
+    for score, i in zip(scores, ids):
+        token = t.id_to_token(i) if i in specials else t.decode([i])
+        out.append((text.replace(target, token), score, token))
+    return out
+
+
+def _sequences(seqs: TokenSeqs, vocab: int) -> list[torch.Tensor]:
+    """A list of 1-D id sequences, each checked (UserError naming the input)."""
+    if isinstance(seqs, (str, bytes)):
+        raise UserError(f"token ids expected, got text {seqs[:40]!r} (encode it first: roberta.encode)")
+    if not isinstance(seqs, (Sequence, np.ndarray)):
+        raise UserError(
+            f"token ids expected: a tensor or a list of 1-D id sequences, not {type(seqs).__name__}"
+        )
+    if len(seqs) == 0:
+        raise UserError("an empty list of inputs")
+    return [_as_sequence(seq, i, vocab) for i, seq in enumerate(seqs)]
+
+
+def _as_sequence(seq, index: int, vocab: int) -> torch.Tensor:
+    if isinstance(seq, (str, bytes)):
+        raise UserError(
+            f"input {index}: token ids expected, got text {seq[:40]!r} (encode it first: roberta.encode)"
+        )
+    try:
+        tensor = torch.as_tensor(seq)
+    except (TypeError, ValueError, RuntimeError):
+        raise UserError(f"input {index}: not a sequence of token ids: {str(seq)[:60]!r}") from None
+    if tensor.dim() == 0:
+        raise UserError(
+            f"input {index}: a single id {seq!r}, not a sequence (the ids of one text: a tensor, or [ids])"
+        )
+    if tensor.dim() != 1:
+        raise UserError(f"input {index}: each sequence in a list must be 1-D, not shape {list(tensor.shape)}")
+    _check_ids(tensor, vocab, index)
+    return tensor.long()
+
+
+def _check_ids(tokens: torch.Tensor, vocab: int, index: int | None = None) -> None:
+    """Integer ids inside the model's vocabulary, else a UserError (not an IndexError from the
+    embedding)."""
+    where = "" if index is None else f"input {index}: "
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise UserError(f"{where}token ids must be integers, not {tokens.dtype}")
+    if tokens.numel() == 0:
+        raise UserError(f"{where}an empty sequence of token ids")
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab:
+        raise UserError(
+            f"{where}token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} "
+            f"(0..{vocab - 1})"
+        )
