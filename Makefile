@@ -8,7 +8,7 @@ TORCH := torch==2.13.0
 # tests import, so it is installed without dependencies (as an extra, pip would replace torch).
 SAPIENS := sapiens==1.0.5
 
-.PHONY: demo test test-fast lint install clean bench bench-full
+.PHONY: demo test test-fast lint install clean bench bench-full gpu-check
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -47,6 +47,12 @@ bench: $(BIN)/.bench-installed
 
 bench-full: $(BIN)/.bench-installed
 	$(BIN)/python benchmarks/bench.py --full
+
+# One GPU, <= 8 minutes: the GPU path checked and timed (bf16, the attention kernel, throughput beside
+# HF, resume, DDP/FSDP, fine-tuning, serving) into benchmarks/results/<date>-gpu-check.{json,md}
+# (docs/training.md#on-a-gpu). `--dry-run` runs the same parts on the CPU at a tiny shape.
+gpu-check: $(BIN)/.bench-installed
+	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
