@@ -1,0 +1,361 @@
+"""The `Tokenizer`: text <-> model ids for every vocabulary `readers` reads, on the engines that
+`engines` builds, ids laid out as fairseq lays them out (`layout`)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tokenizers
+from tokenizers import processors
+
+from roberta.errors import UserError
+from roberta.io import atomic_write
+from roberta.tokenizer.engines import (
+    BYTE_TO_CHAR,
+    SPACE_MARKER,
+    Engine,
+    byte_level_engine,
+    symbol_engine,
+    tiktoken_encoding,
+    tiktoken_ids,
+    token_bytes,
+    wordpiece_engine,
+)
+from roberta.tokenizer.layout import Truncation, assemble
+from roberta.tokenizer.readers import (
+    VocabularyFiles,
+    read_gpt2,
+    read_hf,
+    read_roberta_tokenizer_json,
+    read_symbol_dict,
+    read_wordpiece,
+)
+
+
+def _role_id(role: str) -> property:
+    """The id of a special token's role (bos, pad, eos, unk, mask) as a read-only attribute."""
+    return property(lambda self: self._roles[role], doc=f"The id of the {role} token.")
+
+
+class Tokenizer:
+    """Text <-> model ids. Build with `from_gpt2`, `from_hf`, `from_wordpiece` or `load_tokenizer`."""
+
+    def __init__(
+        self,
+        kind: Literal["gpt2", "hf", "wordpiece", "symbols"],
+        tokens: list[str],
+        roles: dict[str, int],
+        reference: tokenizers.Tokenizer,
+        reference_vocab: dict[str, int],
+        files: dict[str, bytes],
+        *,
+        reference_to_model: np.ndarray | None = None,
+        merges: Sequence[tuple[str, str]] = (),
+        lowercase: bool = False,
+        strip_accents: bool = False,
+        joiner: str = " ",
+    ):
+        self.kind = kind
+        self._tokens = tokens
+        self._token_ids = {t: i for i, t in enumerate(tokens)}
+        self._roles = roles
+        self._reference = reference
+        self._reference_to_model = reference_to_model
+        self._merges = merges
+        self._files = files
+        self._lowercase = lowercase
+        self._strip_accents = strip_accents
+        self._joiner = joiner  # between decoded symbols of a symbol vocabulary
+        self._special = np.zeros(len(tokens), dtype=bool)
+        self._special[list(roles.values())] = True
+        byte_level = kind in ("gpt2", "hf")
+        if byte_level:
+            reachable = set(BYTE_TO_CHAR.values()) | {a + b for a, b in merges}
+            # A literal symbol (fairseq's madeupwordNNNN, <|endoftext|>) is a word of its own, as in fairseq.
+            starts = [t.startswith(SPACE_MARKER) or t not in reachable for t in tokens]
+            self._bytes = [token_bytes(t) for t in tokens]
+        elif kind == "wordpiece":
+            starts = [not t.startswith("##") for t in tokens]
+        else:  # every symbol is a word of its own
+            starts = [True] * len(tokens)
+        self._word_start = np.array(starts, dtype=bool) | self._special
+        self._tiktoken, self._rank_to_model = (
+            tiktoken_encoding(f"roberta-{kind}", merges, reference_vocab, reference_to_model)
+            if byte_level
+            else (None, None)
+        )
+
+    # ---- constructors
+
+    @classmethod
+    def from_gpt2(cls, encoder_json: str | Path, vocab_bpe: str | Path, dict_txt: str | Path) -> Tokenizer:
+        """GPT-2 BPE files + fairseq dict.txt, ids exactly as fairseq: <s> <pad> </s> <unk>, dict.txt,
+        <mask>."""
+        read = read_gpt2(Path(encoder_json), Path(vocab_bpe), Path(dict_txt))
+        return cls._on_engine("gpt2", read, byte_level_engine(read.vocab, read.merges))
+
+    @classmethod
+    def from_hf(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
+        """HF byte-level BPE files (RoBERTa's vocab.json + merges.txt); ids are vocab.json's."""
+        read = read_hf(Path(vocab_json), Path(merges_txt))
+        return cls._on_engine("hf", read, byte_level_engine(read.vocab, read.merges))
+
+    @classmethod
+    def from_tokenizer_json(cls, tokenizer_json: str | Path) -> Tokenizer:
+        """The tokenizer.json that transformers 5.x saves alone (no vocab.json / merges.txt): RoBERTa's
+        byte-level BPE only, ids as its model.vocab (and added_tokens) give them."""
+        read = read_roberta_tokenizer_json(Path(tokenizer_json))
+        return cls._on_engine("hf", read, byte_level_engine(read.vocab, read.merges))
+
+    @classmethod
+    def from_fairseq_dict(cls, dict_txt: str | Path) -> Tokenizer:
+        """A fairseq dict.txt of plain symbols (no BPE), ids as fairseq's Dictionary gives them:
+        <s> <pad> </s> <unk>, dict.txt's symbols, <mask>.
+
+        Text is split as fairseq's `Dictionary.encode_line` splits it, at whitespace, a word
+        outside the dictionary being <unk>. When every symbol is one character (protein and
+        character models), each character is a symbol, so "EVQL" reads as "E V Q L" does (how
+        sapiens encodes a sequence); the special symbols written out (<mask>) stay whole.
+        """
+        read = read_symbol_dict(Path(dict_txt))
+        engine, joiner = symbol_engine(read.vocab)
+        return cls._on_engine("symbols", read, engine, joiner)
+
+    @classmethod
+    def from_wordpiece(
+        cls, vocab_txt: str | Path, lowercase: bool | None = None, strip_accents: bool | None = None
+    ) -> Tokenizer:
+        """BERT WordPiece vocab.txt; roles from [CLS] [SEP] [PAD] [UNK] [MASK] or <s> ....
+
+        Case and accents as the tokenizer_config.json beside it records them (`do_lower_case`,
+        `strip_accents`; without one: cased, accents kept), or as given; a value given that the
+        file contradicts is refused, since the vocabulary was built for the file's choice.
+        `strip_accents=None` follows `lowercase`, as in BERT."""
+        read = read_wordpiece(Path(vocab_txt), lowercase, strip_accents)
+        unk = read.tokens[read.roles["unk"]]
+        return cls._on_engine(
+            "wordpiece", read, wordpiece_engine(read.vocab, unk, read.lowercase, read.strip_accents)
+        )
+
+    @classmethod
+    def _on_engine(
+        cls, kind: str, read: VocabularyFiles, engine: tokenizers.Tokenizer, joiner: str = " "
+    ) -> Tokenizer:
+        """The tokenizer of the vocabulary `read` from its files, encoding with `engine`."""
+        return cls(
+            kind,
+            read.tokens,
+            read.roles,
+            engine,
+            read.vocab,
+            read.files,
+            reference_to_model=read.engine_to_model,
+            merges=read.merges,
+            lowercase=read.lowercase,
+            strip_accents=read.strip_accents,
+            joiner=joiner,
+        )
+
+    # ---- vocabulary
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    bos_id = _role_id("bos")
+    pad_id = _role_id("pad")
+    eos_id = _role_id("eos")
+    unk_id = _role_id("unk")
+    mask_id = _role_id("mask")
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether text is lowercased before tokenizing (WordPiece's do_lower_case)."""
+        return self._lowercase
+
+    @property
+    def strip_accents(self) -> bool:
+        """Whether accents are stripped before tokenizing (WordPiece's strip_accents)."""
+        return self._strip_accents
+
+    @property
+    def engine(self) -> str:
+        """The engine `tokenize_ids` uses by default: 'tiktoken' (byte-level BPE) or 'tokenizers'."""
+        return "tiktoken" if self._tiktoken is not None else "tokenizers"
+
+    @property
+    def merges(self) -> list[tuple[str, str]]:
+        """The BPE merges in priority order (empty for WordPiece and symbol vocabularies)."""
+        return list(self._merges)
+
+    def hf_tokenizer_json(self) -> str:
+        """A symbol vocabulary as an HF tokenizer.json, for transformers (which reads no dict.txt):
+        the same engine, with RoBERTa's `<s> A </s></s> B </s>` layout around it."""
+        if self.kind != "symbols":
+            raise ValueError(
+                f"a {self.kind} tokenizer is written in its own files, not as a symbol tokenizer.json"
+            )
+        engine = tokenizers.Tokenizer.from_str(self._reference.to_str())
+        engine.post_processor = processors.RobertaProcessing(
+            (self._tokens[self.eos_id], self.eos_id),
+            (self._tokens[self.bos_id], self.bos_id),
+            trim_offsets=False,
+        )
+        return engine.to_str()
+
+    def id_to_token(self, i: int) -> str:
+        return self._tokens[i]
+
+    def token_to_id(self, token: str) -> int:
+        """The id of a token as the vocabulary spells it ('Ġworld', '##ing', '<mask>'); KeyError if absent."""
+        return self._token_ids[token]
+
+    def fingerprint(self) -> str:
+        """sha256 of what decides the ids (tokens in id order, merges, lowercasing), not of file bytes.
+
+        GPT-2+dict.txt and the equivalent vocab.json+merges.txt give the same fingerprint.
+        """
+        model = {"wordpiece": "wordpiece", "symbols": "symbols"}.get(self.kind, "byte-level-bpe")
+        content = {
+            "model": model,
+            "tokens": self._tokens,
+            "merges": [f"{a} {b}" for a, b in self._merges],
+            "lowercase": self._lowercase,
+        }
+        # Accents stripped as BERT does (with lowercasing only) add no key: fingerprints stay as they were.
+        if self._strip_accents != self._lowercase:
+            content["strip_accents"] = self._strip_accents
+        return hashlib.sha256(
+            json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
+        ).hexdigest()
+
+    def word_start(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """True where a token starts a word: a special token, the first token, a token after a special
+        token, a byte-level token with a leading space ('Ġ...'), a WordPiece token without '##'.
+        `ids` may be a batch: sequences run along the last axis."""
+        ids = np.asarray(ids, dtype=np.int64)
+        starts = self._word_start[ids]
+        if ids.shape[-1:] != (0,):
+            starts[..., 0] = True
+            starts[..., 1:] |= self._special[ids[..., :-1]]
+        return starts
+
+    @property
+    def word_start_table(self) -> np.ndarray:
+        """bool[vocab_size]: whether each id starts a word by itself (specials and literal symbols
+        included), without the positional rules of `word_start`."""
+        return self._word_start.copy()
+
+    # ---- encoding
+
+    def tokenize_ids(self, text: str, *, engine: Engine = None) -> list[int]:
+        """Model ids of `text`, no special tokens. `engine` forces 'tiktoken' or 'tokenizers' (for checks)."""
+        return self.tokenize_ids_batch([text], engine=engine)[0]
+
+    def tokenize_ids_batch(self, texts: Sequence[str], *, engine: Engine = None) -> list[list[int]]:
+        """`tokenize_ids` for many texts, on all cores."""
+        ids, lengths = self.tokenize_ids_flat(texts, engine=engine)
+        flat = ids.tolist()
+        ends = np.cumsum(lengths).tolist()
+        return [flat[end - n : end] for end, n in zip(ends, lengths.tolist())]
+
+    def tokenize_ids_flat(
+        self, texts: Sequence[str], *, engine: Engine = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' model ids concatenated (int32) and each text's token count (int64): the form a
+        binarized corpus wants, without a Python list per token."""
+        texts = list(texts)
+        if (engine or self.engine) == "tiktoken":
+            if self._tiktoken is None:
+                raise ValueError(f"the tiktoken engine is not available for this {self.kind} tokenizer")
+            return tiktoken_ids(self._tiktoken, self._rank_to_model, texts)
+        pieces = [e.ids for e in self._reference.encode_batch_fast(texts, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        ids = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int64, count=int(lengths.sum()))
+        lookup = self._reference_to_model
+        return (ids if lookup is None else lookup[ids]).astype(np.int32), lengths
+
+    def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Model ids and each token's (start, end) character span in `text`, leading space excluded."""
+        encoding = self._reference.encode(text, add_special_tokens=False)
+        ids = (
+            encoding.ids
+            if self._reference_to_model is None
+            else self._reference_to_model[encoding.ids].tolist()
+        )
+        return ids, encoding.offsets
+
+    def encode(
+        self,
+        text: str,
+        *pairs: str,
+        no_separator: bool = False,
+        max_length: int | None = None,
+        truncation: Truncation = "longest_first",
+    ) -> list[int]:
+        """fairseq's layout: `<s> A </s>`, and for each further text `</s> B </s>` (one `</s>` less
+        between texts with `no_separator`). `max_length` counts the special tokens."""
+        seqs = self.tokenize_ids_batch([text, *pairs])
+        return assemble(seqs, self.bos_id, self.eos_id, no_separator, max_length, truncation)
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        *,
+        no_separator: bool = False,
+        max_length: int | None = None,
+        truncation: Truncation = "longest_first",
+    ) -> list[list[int]]:
+        """`encode(text)` or `encode(text, pair)` for each text, tokenized together on all cores."""
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        firsts = self.tokenize_ids_batch(texts)
+        seconds = self.tokenize_ids_batch(pairs) if pairs is not None else None
+        return [
+            assemble(
+                [a] if seconds is None else [a, seconds[k]],
+                self.bos_id,
+                self.eos_id,
+                no_separator,
+                max_length,
+                truncation,
+            )
+            for k, a in enumerate(firsts)
+        ]
+
+    # ---- decoding
+
+    def decode(self, ids: Sequence[int] | np.ndarray, skip_special_tokens: bool = True) -> str:
+        """Text of `ids`; exactly the encoded text for byte-level BPE. Bytes that do not form UTF-8
+        (a sequence cut inside a character) become U+FFFD."""
+        ids = [int(i) for i in ids]
+        outside = [i for i in ids if not 0 <= i < len(self._tokens)]
+        if outside:
+            raise UserError(
+                f"id {outside[0]} is outside the vocabulary of {len(self._tokens)} tokens "
+                f"(0..{len(self._tokens) - 1})"
+            )
+        if skip_special_tokens:
+            ids = [i for i in ids if not self._special[i]]
+        if self.kind == "wordpiece":
+            return self._reference.decode(ids, skip_special_tokens=False)
+        if self.kind == "symbols":
+            return self._joiner.join(self._tokens[i] for i in ids)
+        return b"".join(self._bytes[i] for i in ids).decode("utf-8", errors="replace")
+
+    # ---- files
+
+    def save(self, directory: str | Path) -> None:
+        """Write this tokenizer's files, byte for byte as loaded, into `directory` (created if needed)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, data in self._files.items():
+            with atomic_write(directory / name, "wb") as f:
+                f.write(data)
