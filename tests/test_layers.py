@@ -1,4 +1,5 @@
-"""The layering drawn in docs/architecture.md, checked against every import in src/."""
+"""The layering drawn in docs/architecture.md, checked against every import in src/, and the sizes
+that keep each module readable in one sitting."""
 
 import ast
 from pathlib import Path
@@ -23,6 +24,7 @@ LAYERS = {
     "roberta.int8": 2,
     "roberta.batching": 2,
     "roberta.onnx_model": 2,
+    "roberta.qa": 2,
     "roberta.convert": 3,
     "roberta.onnx_export": 3,
     "roberta.train": 4,
@@ -74,3 +76,31 @@ def test_every_module_has_a_layer():
         m for m in modules if m not in ("roberta.__init__",) and layer_of(m.removesuffix(".__init__")) is None
     }
     assert not unplaced
+
+
+# A file, function or class longer than these is split along its seams (issue #35).
+MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_CLASS_LINES = 550, 60, 330
+# What is over a limit today, by name (path, or path:name), with the reason; none at present.
+OVERSIZE: dict[str, str] = {}
+
+
+def oversize(path: Path) -> list[tuple[str, int, int]]:
+    """(name, lines, limit) of `path` itself, and of each function and class in it, over its limit."""
+    text = path.read_text()
+    name = path.relative_to(SRC).as_posix()
+    found = [(name, len(text.splitlines()), MAX_FILE_LINES)]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+            found.append((f"{name}:{node.name}", node.end_lineno - node.lineno + 1, limit))
+    return [(n, lines, limit) for n, lines, limit in found if lines > limit]
+
+
+def test_no_file_function_or_class_is_over_its_size():
+    over = [item for path in sorted(SRC.rglob("*.py")) for item in oversize(path)]
+    unexpected = [
+        f"{name}: {lines} lines (at most {limit})" for name, lines, limit in over if name not in OVERSIZE
+    ]
+    assert not unexpected, "\n".join(unexpected)
+    fixed = set(OVERSIZE) - {name for name, _, _ in over}
+    assert not fixed, f"within the limits now, remove from OVERSIZE: {sorted(fixed)}"

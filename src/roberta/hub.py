@@ -26,6 +26,9 @@ from roberta.batching import length_batches, pad
 from roberta.checkpoint import check_vocabulary, require_lm_head
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.qa.examples import SquadExample
+from roberta.qa.predict import predict_windows
+from roberta.qa.windows import answer_windows, make_windows
 from roberta.tokenizer import Tokenizer
 
 MASK = "<mask>"
@@ -250,10 +253,8 @@ class Roberta(nn.Module):
         each: against a list of as many contexts, or all against one context string. A question
         must hold text and a context must not be empty (UserError naming the argument); a context
         of only whitespace has no span ([]). Contexts are read in overlapping windows sized to the
-        model's positions (`squad_data.answer_windows`); a question is cut to the window's share.
+        model's positions (`qa.windows.answer_windows`); a question is cut to the window's share.
         """
-        from roberta.tasks.squad_data import SquadExample, answer_windows, make_windows, predict_windows
-
         questions, contexts = _question_context_pairs(question, context)
         if type(topk) is not int or topk < 1:
             raise UserError(f"topk {topk!r} out of range: give 1 or more")

@@ -1,5 +1,5 @@
-"""SQuAD fine-tuning: the span objective on the windows of `tasks/squad_data.py` (which reads,
-windows, decodes and scores SQuAD without torch), and the plan of a `roberta finetune squad` run.
+"""SQuAD fine-tuning: the span objective on the windows of `roberta.qa` (which reads, windows,
+decodes and scores SQuAD), and the plan of a `roberta finetune squad` run.
 """
 
 from __future__ import annotations
@@ -16,21 +16,12 @@ import torch.nn.functional as F
 from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.qa.decode import apply_null_threshold, choose_null_threshold, decode
+from roberta.qa.examples import SquadExample, check_version, read_squad
+from roberta.qa.metric import squad_scores, write_predictions
+from roberta.qa.predict import predict_windows, window_logits
+from roberta.qa.windows import SquadWindow, make_windows
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
-from roberta.tasks.squad_data import (
-    SquadExample,
-    SquadWindow,
-    apply_null_threshold,
-    check_version,
-    choose_null_threshold,
-    decode,
-    make_windows,
-    predict_windows,
-    read_squad,
-    squad_scores,
-    window_logits,
-    write_predictions,
-)
 from roberta.train import distributed
 from roberta.train.config import JobConfig
 from roberta.train.trainer import BEST_DIR, EXAMPLES, Batch, Objective, TrainResult
