@@ -370,6 +370,22 @@ CASES = [
         "too small",
         argv=lambda e: train_tokenizer(e, e.texts(), vocab="100"),
     ),
+    # The two lines' characters and '##' pieces with the specials take more ids than 12.
+    Case(
+        "train-tokenizer/wordpiece-vocab-too-small",
+        "--vocab-size 12 is too small: the specials and the text's",
+        argv=lambda e: [*train_tokenizer(e, e.texts(), vocab="12"), "--kind", "wordpiece"],
+    ),
+    Case(
+        "train-tokenizer/negative-min-frequency",
+        "--min-frequency -1 is negative",
+        argv=lambda e: [*train_tokenizer(e, e.texts()), "--min-frequency", "-1"],
+    ),
+    Case(
+        "train-tokenizer/wordpiece-negative-min-frequency",
+        "--min-frequency -1 is negative",
+        argv=lambda e: [*train_tokenizer(e, e.texts()), "--min-frequency", "-1", "--kind", "wordpiece"],
+    ),
     Case(
         "train-tokenizer/out-not-empty",
         "already exists and is not empty",

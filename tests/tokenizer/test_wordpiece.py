@@ -4,6 +4,7 @@ whole pipeline (prepare, pretrain, finetune, HF export) with it."""
 
 import json
 import random
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -124,6 +125,18 @@ def test_an_edited_case_in_a_checkpoint_is_refused_on_load(text, tmp_path):
     config.write_text(config.read_text().replace('"do_lower_case": false', '"do_lower_case": true'))
     with pytest.raises(UserError, match="replaced or edited"):
         checkpoint.load(tmp_path / "ckpt")
+
+
+def test_vocab_size_is_the_most_ids_written(text, tmp_path):
+    # The trainer keeps every character and '##' piece whatever the size asked for: a size they fill
+    # is refused, as byte-level BPE refuses one its 256 bytes fill, and a larger one is the size.
+    with pytest.raises(UserError, match="--vocab-size 20 is too small") as refused:
+        train_wordpiece([text], tmp_path / "tok", 20, progress=False)
+    smallest = int(re.search(r"take (\d+) ids", str(refused.value)).group(1))
+    with pytest.raises(UserError, match=f"--vocab-size {smallest} is too small"):
+        train_wordpiece([text], tmp_path / "tok", smallest, progress=False)
+    assert not (tmp_path / "tok").exists()
+    assert train_wordpiece([text], tmp_path / "tok", smallest + 1, progress=False).vocab_size == smallest + 1
 
 
 def test_whole_word_masking_uses_the_continuation_marks(text, tmp_path):

@@ -86,7 +86,7 @@ def _train_tokenizer(p: argparse.ArgumentParser) -> Handler:
     renamed.
     """
     text_corpus_options(p, out_help="directory to create (must not exist, or be empty)")
-    p.add_argument("--vocab-size", type=int, required=True, help="number of ids, specials included")
+    p.add_argument("--vocab-size", type=int, required=True, help="at most this many ids, specials included")
     p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
     p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help="the model (default bpe)")
     case = p.add_mutually_exclusive_group()

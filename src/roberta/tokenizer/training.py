@@ -53,6 +53,7 @@ def train_tokenizer(
     invalid UTF-8 does (an error naming file and line, or U+FFFD). `train_wordpiece` trains BERT's
     WordPiece instead."""
     out = Path(out_dir)
+    _check_min_frequency(min_frequency)
     specials = [BYTE_LEVEL_SPECIALS[r] for r in LEADING]
     smallest = len(specials) + len(BYTE_TO_CHAR) + 1
     if vocab_size <= smallest:
@@ -114,18 +115,31 @@ def train_wordpiece(
 ) -> Tokenizer:
     """Train WordPiece on text files (read as `roberta prepare` reads them) and write vocab.txt +
     tokenizer_config.json to `out_dir`: `vocab_size` ids at most (fewer where the text has fewer
-    words and pieces). `strip_accents=None` follows `lowercase`, as in BERT."""
+    words and pieces), refused where the specials and the text's alphabet leave no room below it.
+    `strip_accents=None` follows `lowercase`, as in BERT."""
     out = Path(out_dir)
+    _check_min_frequency(min_frequency)
     specials = [WORDPIECE_SPECIALS[role] for role in LEADING]
     if vocab_size <= len(specials) + 1:
         raise UserError(f"--vocab-size {vocab_size} is too small: the specials take {len(specials) + 1} ids")
     check_tokenizer_out(out)
     strip = lowercase if strip_accents is None else strip_accents
     options = InputOptions(text_field=text_field, errors=errors)
+    # A first pass over the text (no merges) finds its alphabet: the characters that start a word and
+    # the '##' pieces of those inside one, all of which the trainer keeps whatever the vocab_size.
+    alphabet = _alphabet(TrainingText(list(files), options, progress=False), lowercase, strip)
+    smallest = len(specials) + len(alphabet) + 1
+    if vocab_size <= smallest:
+        # Refused as byte-level BPE refuses a vocabulary without room beyond its bytes: the trainer
+        # would write `smallest` ids, more than were asked for.
+        raise UserError(
+            f"--vocab-size {vocab_size} is too small: the specials and the text's {len(alphabet)} "
+            f"characters and '##' pieces take {smallest} ids"
+        )
     # HF's trainer numbers the '##' pieces of single characters in hash order, other in each run, and
     # breaks ties between merges by those numbers: given first, in code-point order, they make the
-    # training reproducible. A first pass over the text (no merges) finds which there are.
-    pieces = _continuations(TrainingText(list(files), options, progress=False), lowercase, strip)
+    # training reproducible.
+    pieces = [t for t in alphabet if t.startswith("##") and len(t) == 3]
     text = TrainingText(list(files), options, progress)
     engine = wordpiece_engine(None, WORDPIECE_SPECIALS["unk"], lowercase, strip)
     # [MASK] is appended after training so that it takes the last id, as <mask> does in RoBERTa.
@@ -148,12 +162,19 @@ def train_wordpiece(
     return Tokenizer.from_wordpiece(out / "vocab.txt")
 
 
-def _continuations(text: TrainingText, lowercase: bool, strip_accents: bool) -> list[str]:
-    """'##c' for every character c the trainer will meet inside a word, in code-point order."""
+def _alphabet(text: TrainingText, lowercase: bool, strip_accents: bool) -> list[str]:
+    """Every character c the trainer will meet at the start of a word, and '##c' for every one it
+    will meet inside a word, in code-point order."""
     engine = wordpiece_engine(None, WORDPIECE_SPECIALS["unk"], lowercase, strip_accents)
     trainer = trainers.WordPieceTrainer(vocab_size=1, continuing_subword_prefix="##", show_progress=False)
     engine.train_from_iterator(text.batches(), trainer)
-    return sorted(t for t in engine.get_vocab() if t.startswith("##") and len(t) == 3)
+    return sorted(engine.get_vocab())
+
+
+def _check_min_frequency(min_frequency: int) -> None:
+    # The trainers take an unsigned count: a negative one would end in an OverflowError inside them.
+    if min_frequency < 0:
+        raise UserError(f"--min-frequency {min_frequency} is negative: give 0 or more")
 
 
 def tokenizer_config(lowercase: bool, strip_accents: bool) -> dict:
