@@ -34,6 +34,7 @@ LAYERS = {
     "roberta.demo": 6,
     "roberta.probe": 6,
     "roberta.serve": 6,
+    "roberta.sts": 6,
     "roberta.cli": 7,
 }
 

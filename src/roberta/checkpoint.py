@@ -2,7 +2,9 @@
 
 `config.json` is `{"format": "roberta", "config": <RobertaConfig fields>, "heads": {name: spec}}`,
 a head's spec being `{"kind": "classification", "num_classes": n, "inner_dim": d, "labels": [...]}`
-(labels optional) or `{"kind": "span"}`; a spec without "kind" (older files) is a classifier;
+(labels optional), `{"kind": "span"}` or `{"kind": "embedding", "pool": "cls" | "mean", "dim":
+d}` (a sentence encoder's pooling; dim only with a map onto a teacher's width); a spec without
+"kind" (older files) is a classifier;
 `"lm_head": false` marks a model without a masked-LM head (imported from an HF RobertaModel or
 classifier), whose `lm_head.*` tensors are then not stored. `model.safetensors` holds the model's
 state dict with the tied `lm_head.weight` left out (it is `embed_tokens.weight`). Loading checks
@@ -22,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.io import atomic_directory, publish, read_json, temporary_path, write_json
-from roberta.model import ClassificationHead, RobertaModel, SpanHead, build_head
+from roberta.model import POOLS, ClassificationHead, EmbeddingHead, RobertaModel, SpanHead, build_head
 
 FORMAT = "roberta"
 CONFIG_FILE = "config.json"
@@ -248,10 +250,11 @@ def _head_spec(spec, where: str) -> dict:
     kind = spec.get("kind", ClassificationHead.kind)
     if kind == SpanHead.kind:
         return {"kind": kind}
+    if kind == EmbeddingHead.kind:
+        return _embedding_spec(spec, where)
     if kind != ClassificationHead.kind:
-        raise UserError(
-            f"{where}: unknown head kind {kind!r} (known: {ClassificationHead.kind}, {SpanHead.kind})"
-        )
+        known = ", ".join((ClassificationHead.kind, SpanHead.kind, EmbeddingHead.kind))
+        raise UserError(f"{where}: unknown head kind {kind!r} (known: {known})")
     if not all(_is_positive_int(spec.get(k)) for k in ("num_classes", "inner_dim")):
         raise UserError(f"{where} must give positive integer 'num_classes' and 'inner_dim', not {spec!r}")
     labels = spec.get("labels", [])
@@ -266,6 +269,18 @@ def _head_spec(spec, where: str) -> dict:
         "num_classes": spec["num_classes"],
         "inner_dim": spec["inner_dim"],
         **({"labels": labels} if labels else {}),
+    }
+
+
+def _embedding_spec(spec: dict, where: str) -> dict:
+    if spec.get("pool") not in POOLS:
+        raise UserError(f"{where}: 'pool' must be one of {', '.join(POOLS)}, not {spec.get('pool')!r}")
+    if "dim" in spec and not _is_positive_int(spec["dim"]):
+        raise UserError(f"{where}: 'dim' must be a positive integer, not {spec['dim']!r}")
+    return {
+        "kind": EmbeddingHead.kind,
+        "pool": spec["pool"],
+        **({"dim": spec["dim"]} if "dim" in spec else {}),
     }
 
 

@@ -25,14 +25,14 @@ from torch import nn
 from roberta.batching import length_batches, pad
 from roberta.checkpoint import check_vocabulary, require_lm_head
 from roberta.errors import UserError
-from roberta.model import RobertaModel
+from roberta.model import EMBEDDING_HEAD, POOLS, RobertaModel
+from roberta.model import pool as pooled
 from roberta.qa.examples import SquadExample
 from roberta.qa.predict import predict_windows
 from roberta.qa.windows import answer_windows, make_windows
 from roberta.tokenizer import Tokenizer
 
 MASK = "<mask>"
-POOLS = ("cls", "mean")
 # Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark
 # (benchmarks/experiments/batch-tokens.md). Smaller budgets make smaller matrix products; larger
 # ones span wider length ranges per batch, so they pad more.
@@ -174,14 +174,23 @@ class Roberta(nn.Module):
 
         return self._batched(tokens, run)
 
-    def embed(self, tokens: TokenSeqs, layer: int = -1, pool: str = "cls") -> torch.Tensor:
-        """One vector per sequence, [N, H]: layer `layer` (0 = embeddings, -1 = last) pooled at
-        `<s>` ("cls") or averaged over the sequence's tokens ("mean"), batched by length."""
+    def embed(self, tokens: TokenSeqs, layer: int = -1, pool: str | None = None) -> torch.Tensor:
+        """One vector per sequence, [N, D], batched by length: the model's own sentence vector (a
+        sentence encoder's `embedding` head: its pooling and any map onto a teacher's width) where
+        it has one and neither `layer` nor another `pool` is asked for; otherwise layer `layer`
+        (0 = embeddings, -1 = last) pooled at `<s>` ("cls", the default) or averaged over the
+        sequence's tokens ("mean")."""
         self.check_embed(layer, pool)
         layers = self.model.config.num_layers + 1
+        last = layer in (-1, layers - 1)
+        own = self.embedding_pool()
+        if last and own is not None and pool in (None, own):
+            return torch.stack(
+                self._batched(tokens, lambda batch, _: list(self.model.sentence_embedding(batch, True)))
+            )
+        pool = pool or "cls"
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-            last = layer in (-1, layers - 1)
             out = self.model(
                 batch,
                 return_all_hiddens=not last,
@@ -189,18 +198,16 @@ class Roberta(nn.Module):
                 unpad=True,
             )
             hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
-            if pool == "cls":
-                return list(hidden[:, 0])
-            real = (
-                torch.arange(batch.size(1), device=batch.device)[None, :]
-                < torch.tensor(lengths, device=batch.device)[:, None]
-            )
-            summed = (hidden * real[..., None]).sum(dim=1)
-            return list(summed / real.sum(dim=1, keepdim=True))
+            return list(pooled(hidden, batch.ne(self.model.config.padding_idx), pool))
 
         return torch.stack(self._batched(tokens, run))
 
-    def check_embed(self, layer: int, pool: str) -> None:
+    def embedding_pool(self) -> str | None:
+        """The pooling of the model's sentence-embedding head, None where it has none."""
+        head = self.model.heads[EMBEDDING_HEAD] if EMBEDDING_HEAD in self.model.heads else None
+        return None if head is None else head.pool
+
+    def check_embed(self, layer: int, pool: str | None) -> None:
         """`embed`'s options, checked on their own: a file is refused before anything is read or drawn."""
         layers = self.model.config.num_layers + 1
         if type(layer) is not int or not -layers <= layer < layers:
@@ -208,7 +215,7 @@ class Roberta(nn.Module):
                 f"layer {layer!r} out of range: the model has {layers} (embeddings + {layers - 1} layers), "
                 f"-{layers}..{layers - 1}"
             )
-        if pool not in POOLS:
+        if pool is not None and pool not in POOLS:
             raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
 
     def head(self, name: str, kind: str) -> nn.Module:

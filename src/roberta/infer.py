@@ -90,7 +90,7 @@ def embed_file(
     input: str | Path,
     out: str | Path,
     layer: int = -1,
-    pool: str = "cls",
+    pool: str | None = None,
     truncate: bool = False,
     chunk_lines: int = CHUNK_LINES,
     progress: bool = True,
@@ -326,7 +326,7 @@ def quantize_compared(
     return line
 
 
-def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str) -> str:
+def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str | None) -> str:
     return quantize_compared(
         roberta,
         first_batch(ids, roberta.batch_tokens),

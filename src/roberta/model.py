@@ -180,10 +180,47 @@ class SpanHead(nn.Module):
         return {"kind": self.kind}
 
 
+POOLS = ("cls", "mean")
+EMBEDDING_HEAD = "embedding"  # the name a sentence encoder's head is saved under
+
+
+def pool(hidden: Tensor, real: Tensor, how: str) -> Tensor:
+    """[B, T, H] hidden states → [B, H]: the `<s>` vector ("cls"), or the mean over the real tokens
+    ("mean"; `real` [B, T] is True at them). A hidden of one position ([B, 1, H]) is `<s>` alone."""
+    if how == "cls":
+        return hidden[:, 0]
+    weights = real[:, : hidden.size(1)].to(hidden.dtype)[..., None]
+    return (hidden * weights).sum(1) / weights.sum(1)
+
+
+class EmbeddingHead(nn.Module):
+    """A sentence encoder's vector: the last layer pooled (`pool`), then, for a student of another
+    width than its teacher, a linear map onto the teacher's `dim`."""
+
+    kind = "embedding"
+
+    def __init__(self, config: RobertaConfig, pool: str = "mean", dim: int | None = None):
+        super().__init__()
+        if pool not in POOLS:
+            raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
+        self.pool = pool
+        self.proj = nn.Linear(config.hidden_size, dim) if dim else None
+
+    def forward(self, hidden: Tensor, real: Tensor) -> Tensor:
+        x = pool(hidden, real, self.pool)
+        return x if self.proj is None else self.proj(x)
+
+    def spec(self) -> dict:
+        spec = {"kind": self.kind, "pool": self.pool}
+        return spec if self.proj is None else {**spec, "dim": self.proj.out_features}
+
+
 def build_head(config: RobertaConfig, spec: dict) -> nn.Module:
     """A head from its `spec()` (as a checkpoint's config.json stores it)."""
     if spec["kind"] == SpanHead.kind:
         return SpanHead(config)
+    if spec["kind"] == EmbeddingHead.kind:
+        return EmbeddingHead(config, spec["pool"], spec.get("dim"))
     labels = tuple(spec.get("labels", ()))
     return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), labels)
 
@@ -320,6 +357,14 @@ class RobertaModel(nn.Module):
 
     def classify(self, name: str, hidden: Tensor) -> Tensor:
         return self._require_head(name)(hidden)
+
+    def sentence_embedding(self, tokens: Tensor, unpad: bool = False) -> Tensor:
+        """[B, D]: the `embedding` head's vector of each sequence (its pooling of the last layer,
+        and its map onto a teacher's width if it has one)."""
+        head = self._require_head(EMBEDDING_HEAD)
+        select = "first" if head.pool == "cls" else None  # <s> alone: the last layer computes no more
+        hidden = self(tokens, unpad=unpad, select=select).last_hidden_state
+        return head(hidden, tokens.ne(self.config.padding_idx))
 
     def _require_head(self, name: str) -> nn.Module:
         return require_head(self.heads, name)

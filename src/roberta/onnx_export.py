@@ -25,7 +25,7 @@ from roberta.checkpoint import head_shapes, mark_without_lm_head, without_lm_hea
 from roberta.errors import UserError
 from roberta.int8 import embedding_agreement, prediction_agreement, sample_ids
 from roberta.io import atomic_directory, write_json
-from roberta.model import RobertaModel
+from roberta.model import EmbeddingHead, RobertaModel
 from roberta.onnx_model import (
     ENCODER,
     FORMAT,
@@ -59,18 +59,22 @@ def sample_batch(model: RobertaModel, tokenizer) -> torch.Tensor:
     return pad(sample_ids(tokenizer, model.config.max_seq_len), tokenizer.pad_id)
 
 
-def _export(module: nn.Module, example: torch.Tensor, path: Path, names: tuple[list[str], list[str]]) -> None:
+def _export(
+    module: nn.Module, example: torch.Tensor | tuple, path: Path, names: tuple[list[str], list[str]]
+) -> None:
     inputs, outputs = names
     axes = {name: {0: "batch", 1: "length"} for name in inputs + outputs}
     if inputs == ["hidden"]:  # the masked-LM head scores rows [N, H]
         axes = {name: {0: "rows"} for name in inputs + outputs}
+    if outputs == ["embedding"]:  # a sentence encoder's vector [B, D]
+        axes["embedding"] = {0: "batch"}
     with warnings.catch_warnings():
         # The TorchScript exporter warns that it is legacy and that traced Python conditions are
         # constants; the check after export compares every output.
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module.eval(),
-            (example,),
+            example if isinstance(example, tuple) else (example,),
             str(path),
             dynamo=False,
             input_names=inputs,
@@ -96,6 +100,10 @@ def write_graphs(model: RobertaModel, directory: Path, tokens: torch.Tensor) -> 
             )
         for name, head in model.heads.items():
             graphs[f"head.{name}"] = directory / graph_file(f"head.{name}")
+            if head.kind == EmbeddingHead.kind:  # pooling reads which tokens are real
+                real = tokens.ne(model.config.padding_idx)
+                _export(head, (hidden, real), graphs[f"head.{name}"], (["features", "real"], ["embedding"]))
+                continue
             outputs = ["logits"] if head.kind == "classification" else ["start", "end"]
             _export(head, hidden, graphs[f"head.{name}"], (["features"], outputs))
     return graphs
@@ -122,6 +130,9 @@ def outputs(model: nn.Module, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         if without_lm_head(model) is None:
             found["lm_logits"] = model.lm_logits(hidden[-1], real)
         for name, head in model.heads.items():
+            if head.kind == EmbeddingHead.kind:
+                found[f"head.{name}"] = head(hidden[-1], real)
+                continue
             result = model.classify(name, hidden[-1])
             if head.kind == "classification":
                 found[f"head.{name}"] = result

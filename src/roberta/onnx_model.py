@@ -19,7 +19,7 @@ from torch import nn
 from roberta.checkpoint import mark_without_lm_head
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
-from roberta.model import EncoderOutput, require_head
+from roberta.model import EMBEDDING_HEAD, EncoderOutput, require_head
 from roberta.tokenizer import Tokenizer, load_tokenizer
 
 MANIFEST = "onnx.json"
@@ -61,7 +61,8 @@ def run_graph(graph, inputs: dict[str, torch.Tensor], outputs: list[str] | None 
 
 
 class OnnxHead(nn.Module):
-    """A task head's graph: features [B, T, H] -> logits [B, C], or start and end logits [B, T]."""
+    """A task head's graph: features [B, T, H] -> logits [B, C], start and end logits [B, T], or (with
+    the real tokens [B, T]) a sentence vector [B, D]."""
 
     def __init__(self, spec: dict, graph):
         super().__init__()
@@ -75,9 +76,14 @@ class OnnxHead(nn.Module):
     def spec(self) -> dict:
         return self._spec
 
-    def forward(self, features: torch.Tensor):
-        outputs = run_graph(self.graph, {"features": features})
-        return outputs[0] if self.kind == "classification" else tuple(outputs)
+    @property
+    def pool(self) -> str | None:
+        return self._spec.get("pool")  # a sentence encoder's pooling
+
+    def forward(self, features: torch.Tensor, real: torch.Tensor | None = None):
+        inputs = {"features": features} if real is None else {"features": features, "real": real}
+        outputs = run_graph(self.graph, inputs)
+        return outputs[0] if self.kind in ("classification", "embedding") else tuple(outputs)
 
 
 class OnnxModel(nn.Module):
@@ -118,6 +124,10 @@ class OnnxModel(nn.Module):
 
     def classify(self, name: str, hidden: torch.Tensor):
         return require_head(self.heads, name)(hidden)
+
+    def sentence_embedding(self, tokens: torch.Tensor, unpad: bool = False) -> torch.Tensor:
+        head = require_head(self.heads, EMBEDDING_HEAD)
+        return head(self(tokens).last_hidden_state, tokens.ne(self.config.padding_idx))
 
     def _require_head(self, name: str) -> nn.Module:
         return require_head(self.heads, name)

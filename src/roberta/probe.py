@@ -22,7 +22,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from roberta import checkpoint
@@ -269,17 +268,19 @@ def _zero_shot(record: dict, row: Row, run: Path, sts: list | None) -> None:
 
 
 def _sts_cosine(path: Path, examples: list) -> float | None:
-    """Spearman (x 100) of STS-B's gold scores and the cosine of the two sentences' mean-pooled features."""
-    from scipy.stats import spearmanr
-
+    """Spearman (x 100) of STS-B's gold scores and the cosine of the two sentences' vectors: a
+    sentence encoder's own (its embedding head), else the mean-pooled features."""
     from roberta.hub import load
+    from roberta.sts import cosines, hub_vectors
+    from roberta.tasks.embed import sts_figures
 
     hub = load(path)
     texts = [e.text for e in examples] + [e.pair for e in examples]
-    vectors = hub.embed(hub.encode_batch(texts, truncate=True), pool="mean").float().numpy()
-    a, b = vectors[: len(examples)], vectors[len(examples) :]
-    cosine = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
-    return _number(100 * float(spearmanr(cosine, [e.label for e in examples])[0]))
+    vectors = hub_vectors(hub, texts, None if hub.embedding_pool() else "mean")
+    n = len(examples)
+    return _number(
+        100 * sts_figures(cosines(vectors[:n], vectors[n:]), [e.label for e in examples])["spearman"]
+    )
 
 
 def task_score(figures: dict[str, float | None]) -> float | None:

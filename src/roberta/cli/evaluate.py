@@ -8,9 +8,10 @@ from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, print_fig
 
 
 def _evaluate(p: argparse.ArgumentParser) -> None:
-    """score a predictions file with a benchmark's official metrics
+    """score predictions with a benchmark's official metrics, or a model's sentence vectors on STS
 
-    Prints one JSON object with the benchmark's official metrics for a predictions file.
+    Prints one JSON object with the benchmark's official metrics for a predictions file (glue,
+    squad), or the STS correlations of a model's sentence vectors (sts).
     """
     add_commands(p, "task_family", "TASK", EVALUATE_TASKS)
 
@@ -71,5 +72,39 @@ def _evaluate_squad(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-EVALUATE_TASKS = {"glue": _evaluate_glue, "squad": _evaluate_squad}
+def _evaluate_sts(p: argparse.ArgumentParser) -> Handler:
+    """a model's sentence vectors on scored pairs (STS-B): Spearman and Pearson of cosines x 100
+
+    Embeds both texts of every pair of --data (CSV, TSV, JSONL or Parquet; STS-B's dev.tsv as it
+    is) with --model and prints one JSON object: the Spearman and Pearson correlations, x 100, of
+    the pairs' cosines with their scores. --model is a checkpoint roberta reads (its sentence
+    vector: a sentence encoder's stored pooling, else --pool, default cls) or a sentence-transformers
+    model directory (read by that library, offline: the anchor, e.g. all-MiniLM-L6-v2).
+    """
+    p.add_argument(
+        "--model",
+        required=True,
+        help="our checkpoint, an HF or fairseq one, or a sentence-transformers directory",
+    )
+    p.add_argument("--data", required=True, metavar="FILE", help="scored pairs, e.g. STS-B/dev.tsv")
+    p.add_argument(
+        "--columns",
+        default="sentence1,sentence2,score",
+        metavar="A,B,SCORE",
+        help="the two texts' columns and the score's (default sentence1,sentence2,score)",
+    )
+    p.add_argument("--pool", choices=["cls", "mean"], help="our checkpoints: pool the last layer this way")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.sts import evaluate_sts
+        from roberta.tasks.embed import Columns
+
+        print_figures(
+            evaluate_sts(args.model, args.data, Columns.parse(args.columns, "--columns"), args.pool)
+        )
+
+    return run
+
+
+EVALUATE_TASKS = {"glue": _evaluate_glue, "squad": _evaluate_squad, "sts": _evaluate_sts}
 VERBS = {"evaluate": _evaluate}

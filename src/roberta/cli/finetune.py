@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _finetune(p: argparse.ArgumentParser) -> None:
-    """fine-tune a checkpoint on a task: GLUE, your own classification data, SQuAD, RACE
+    """fine-tune a checkpoint on a task: GLUE, your own classification data, SQuAD, RACE, embeddings
 
     Fine-tunes with the same trainer as pretraining: dev evaluation, the best dev checkpoint kept as
     RUN/best/, RUN/results.json, exact --resume. Job fields are overridden as --section.key=value
@@ -225,8 +225,84 @@ def _finetune_race(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _finetune_embed(p: argparse.ArgumentParser) -> Handler:
+    """a sentence encoder: contrastive training on sentences (SimCSE) or pairs (CoSENT)
+
+    Trains the checkpoint into a sentence encoder whose cosines rank --dev's pairs (sentence1,
+    sentence2, score: STS-B's dev.tsv) by Spearman, the best kept as RUN/best/. From --text
+    (sentences, one a line: text files, a directory of them, JSONL or Parquet records): unsupervised
+    SimCSE, each sentence twice through dropout as its own positive, the batch's others as
+    negatives. From --pairs (CSV, TSV, JSONL, Parquet): with --score-column, CoSENT on the scores'
+    order; without, each pair's second text is the first's positive (with --negative-column, a
+    hard negative too). The pooling (--pool) is stored in the checkpoint as its `embedding` head:
+    `roberta embed`, the hub, `serve` and the HF export use it.
+    """
+    _embed_data_options(p)
+    p.add_argument("--pairs", metavar="FILE", help="pairs of texts to train on (instead of --text)")
+    p.add_argument("--text-column", default="sentence1", help="--pairs: column of the first text")
+    p.add_argument("--pair-column", default="sentence2", help="--pairs: column of the second text")
+    p.add_argument("--score-column", help="--pairs: column of a similarity score (CoSENT on their order)")
+    p.add_argument("--negative-column", help="--pairs: column of a hard negative for the first text")
+    p.add_argument(
+        "--temperature", type=float, default=0.05, help="InfoNCE's temperature (SimCSE's 0.05, the default)"
+    )
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from functools import partial
+
+        from roberta.tasks.embed import EMBED_BATCH, EMBED_EPOCHS, EMBED_LR, Columns, plan_embedding
+
+        columns = Columns(args.text_column, args.pair_column, args.score_column, args.negative_column)
+        data = _embed_data(args, pairs=args.pairs, columns=columns)
+        plan = partial(plan_embedding, data, args.pool, args.temperature)
+        # SimCSE's positives differ by dropout alone: a checkpoint trained without any gets 0.1.
+        extra = (*EMBED_DEFAULTS, "--model.dropout=0.1", "--model.attention_dropout=0.1")
+        _run_finetune(args, plan, EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, extra)
+
+    return run
+
+
+# Sentences are short, and a batch of similar lengths would make its negatives easy to tell apart.
+EMBED_DEFAULTS = ("--data.max_length=128", "--data.group_by_length=false")
+
+
+def _embed_data_options(p: argparse.ArgumentParser) -> None:
+    """What `finetune embed` and `distill embed` read: sentences, the dev pairs, the pooling."""
+    p.add_argument(
+        "--text",
+        nargs="+",
+        metavar="PATH",
+        help="sentences, one a line: text files or directories, JSONL, Parquet",
+    )
+    p.add_argument("--max-sentences", type=int, metavar="N", help="the first N sentences of --text only")
+    p.add_argument(
+        "--dev", required=True, metavar="FILE", help="scored pairs for dev evaluation, e.g. STS-B/dev.tsv"
+    )
+    p.add_argument(
+        "--dev-columns",
+        default="sentence1,sentence2,score",
+        metavar="A,B,SCORE",
+        help="--dev's columns: the two texts and the score (default sentence1,sentence2,score)",
+    )
+    p.add_argument(
+        "--pool",
+        choices=["cls", "mean"],
+        help="the sentence vector: <s>, or the mean over tokens (default: the checkpoint's own, else mean)",
+    )
+
+
+def _embed_data(args: argparse.Namespace, pairs=None, columns=None):
+    """What `finetune embed` and `distill embed` read, from their options."""
+    from roberta.tasks.embed import Columns, EmbedData
+
+    dev_columns = Columns.parse(args.dev_columns, "--dev-columns")
+    text = tuple(args.text or ())
+    return EmbedData(args.dev, text, pairs, columns or Columns(), dev_columns, args.max_sentences)
+
+
 def _distill(p: argparse.ArgumentParser) -> None:
-    """distill a fine-tuned teacher into a smaller student on a task: GLUE, your own data
+    """distill a teacher into a smaller student: GLUE, your own data, a sentence encoder
 
     The student (any checkpoint with the teacher's tokenizer) learns from the teacher's soft labels
     at temperature T (KL scaled by T^2; squared error to its score for regression) mixed with the
@@ -293,6 +369,39 @@ def _run_distill(args: argparse.Namespace, sentences: Sentences) -> None:
     _run_finetune(args, plan, sentences.lr, sentences.batch_size, start=Start(args.student))
 
 
+def _distill_embed(p: argparse.ArgumentParser) -> Handler:
+    """a sentence encoder from a sentence-transformers teacher (e.g. all-MiniLM-L6-v2)
+
+    Trains --student (any checkpoint, any tokenizer) to give --teacher's vector for each sentence of
+    --text (squared distance), through a linear map where their widths differ, both stored in the
+    student's `embedding` head. The teacher (a sentence-transformers model directory, read offline)
+    encodes the sentences once, cached at RUN/teacher-vectors.npy. --dev's pairs pick RUN/best/ by
+    Spearman, as in `finetune embed`.
+    """
+    _embed_data_options(p)
+    p.add_argument("--teacher", required=True, metavar="DIR", help="a sentence-transformers model directory")
+    p.add_argument("--student", required=True, help="checkpoint to start the student from (any shape)")
+    _run_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from functools import partial
+
+        from roberta.tasks.embed import (
+            DISTILL_EMBED_LR,
+            EMBED_BATCH,
+            EMBED_EPOCHS,
+            plan_embedding_distillation,
+        )
+        from roberta.tasks.finetune import Start
+
+        plan = partial(plan_embedding_distillation, _embed_data(args), args.teacher, args.pool)
+        _run_finetune(
+            args, plan, DISTILL_EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, EMBED_DEFAULTS, start=Start(args.student)
+        )
+
+    return run
+
+
 def _probe(p: argparse.ArgumentParser) -> Handler:
     """fine-tune every checkpoint of a pretraining run (and a random init) on GLUE tasks: the curve
 
@@ -320,6 +429,7 @@ FINETUNE_TASKS = {
     "classify": _finetune_classify,
     "squad": _finetune_squad,
     "race": _finetune_race,
+    "embed": _finetune_embed,
 }
-DISTILL_TASKS = {"glue": _distill_glue, "classify": _distill_classify}
+DISTILL_TASKS = {"glue": _distill_glue, "classify": _distill_classify, "embed": _distill_embed}
 VERBS = {"finetune": _finetune, "distill": _distill, "probe": _probe}

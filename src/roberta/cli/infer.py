@@ -56,7 +56,9 @@ def _embed(p: argparse.ArgumentParser) -> Handler:
         "--layer", type=int, default=-1, help="0 = embeddings, 1..L = layers, -1 = last (default -1)"
     )
     p.add_argument(
-        "--pool", choices=["cls", "mean"], default="cls", help="<s> vector or mean over tokens (default cls)"
+        "--pool",
+        choices=["cls", "mean"],
+        help="<s> vector or mean over tokens (default: a sentence encoder's own pooling, else cls)",
     )
 
     def run(args: argparse.Namespace) -> None:

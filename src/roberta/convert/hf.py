@@ -20,9 +20,10 @@ from roberta.config import RobertaConfig
 from roberta.convert import mapping
 from roberta.convert.fairseq import load_pickle
 from roberta.convert.mapping import Field, WeightNames, weight_and_bias
+from roberta.convert.sentence_transformers import read_embedding_head, write_modules
 from roberta.errors import UserError
 from roberta.io import atomic_directory, read_json, write_json
-from roberta.model import RobertaModel
+from roberta.model import EMBEDDING_HEAD, RobertaModel
 
 FIELDS = (
     Field("vocab_size", "vocab_size"),
@@ -103,6 +104,9 @@ def read_hf(
         state.pop(unused, None)
     mapping.refuse_leftovers(state, source)
     checkpoint.load_weights(model, {k: v for k, v in ours.items() if k != checkpoint.TIED_KEY}, source)
+    embedding = read_embedding_head(directory, config)  # a sentence-transformers directory's pooling
+    if embedding is not None:
+        model.heads[EMBEDDING_HEAD] = embedding.to(map_location)
     return checkpoint.mark_without_lm_head(model, None if has_lm_head else str(directory)).eval(), tokenizer
 
 
@@ -180,9 +184,18 @@ def token_type_row(state: dict[str, torch.Tensor], config: RobertaConfig, source
 # --- export ----------------------------------------------------------------------------------
 
 
+def task_heads(model: RobertaModel) -> tuple[dict[str, dict], dict | None]:
+    """The model's heads as an HF directory holds them: its classification heads (refused if of
+    another kind) and, apart, its sentence-embedding head's spec (None where it has none), which
+    goes to the sentence-transformers modules beside the model."""
+    heads = head_shapes(model)
+    embedding = heads.pop(EMBEDDING_HEAD, None)
+    return mapping.classifiers_only(heads, "HF"), embedding
+
+
 def hf_config(model: RobertaModel, tokenizer=None) -> dict:
     """An HF `config.json` for our model: every field HF's RobertaConfig reads, spelled out."""
-    heads = head_shapes(model)
+    heads, _ = task_heads(model)
     body_only = "RobertaModel" if checkpoint.without_lm_head(model) else "RobertaForMaskedLM"
     config = {
         "architectures": ["RobertaForSequenceClassification" if heads else body_only],
@@ -211,7 +224,7 @@ def hf_config(model: RobertaModel, tokenizer=None) -> dict:
 
 def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write an HF `save_pretrained`-style directory into the (empty, temporary) `directory`."""
-    heads = mapping.classifiers_only(head_shapes(model), "HF")
+    heads, embedding = task_heads(model)
     if len(heads) > 1:
         raise UserError(
             f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}"
@@ -231,6 +244,9 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     checkpoint.save_safetensors(state, directory / "model.safetensors")
     if tokenizer is not None:
         write_hf_tokenizer(directory, tokenizer, model.config.max_seq_len)
+    if embedding is not None:
+        head = model.heads[EMBEDDING_HEAD]
+        write_modules(directory, head.pool, model.config.hidden_size, model.config.max_seq_len, head.proj)
 
 
 def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:

@@ -14,7 +14,8 @@ import torch
 from roberta.checkpoint import without_lm_head
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
-from roberta.model import RobertaModel
+from roberta.io import read_json
+from roberta.model import EMBEDDING_HEAD, RobertaModel
 
 
 def probe_batch(config: RobertaConfig, seed: int = 0) -> torch.Tensor:
@@ -35,7 +36,10 @@ def model_outputs(model: RobertaModel, tokens: torch.Tensor) -> dict[str, torch.
     outputs = {f"hidden_states[{i}]": h for i, h in enumerate(out.hidden_states)}
     if without_lm_head(model) is None:
         outputs["lm_logits"] = model.lm_logits(out.last_hidden_state)
-    for name in model.heads:
+    for name, head in model.heads.items():
+        if name == EMBEDDING_HEAD:
+            outputs[f"heads.{name}"] = head(out.last_hidden_state, tokens.ne(model.config.padding_idx))
+            continue
         logits = model.classify(name, out.last_hidden_state)
         # A span head scores (start, end) per token.
         outputs[f"heads.{name}"] = torch.stack(logits) if isinstance(logits, tuple) else logits
@@ -67,6 +71,9 @@ def transformers_outputs(
         if lm_head:
             outputs["lm_logits"] = out.logits
         for name in heads:
+            if name == EMBEDDING_HEAD:
+                outputs[f"heads.{name}"] = sentence_vectors(directory, tokens, mask, out.hidden_states[-1])
+                continue
             classifier = (
                 transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
             )
@@ -76,6 +83,25 @@ def transformers_outputs(
         if bars:
             logging.enable_progress_bar()
     return outputs
+
+
+def sentence_vectors(
+    directory: Path, tokens: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor
+) -> torch.Tensor:
+    """A sentence-transformers export's vectors: by that library where it is installed, else by the
+    pooling and map its module files describe, over HF's last hidden state."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        from roberta.convert.hf import read_hf_config
+        from roberta.convert.sentence_transformers import read_embedding_head
+
+        head = read_embedding_head(
+            directory, read_hf_config(read_json(directory / "config.json"), str(directory))
+        )
+        return head(hidden, mask.bool())
+    model = SentenceTransformer(str(directory), device="cpu", local_files_only=True).eval()
+    return model({"input_ids": tokens, "attention_mask": mask})["sentence_embedding"]
 
 
 def require_finite(outputs: dict[str, torch.Tensor], whose: str) -> None:

@@ -125,7 +125,8 @@ def parse_fill_mask(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
 
 
 def parse_embed(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
-    layer, pool = _field(body, "layer", int, -1), _field(body, "pool", str, "cls")
+    # No pool: the model's own sentence vector (a sentence encoder's pooling), else <s>.
+    layer, pool = _field(body, "layer", int, -1), _field(body, "pool", str, None)
     hub.check_embed(layer, pool)
     ids = _ids(hub, body, options)
     return _bounded(Parsed(("embed", layer, pool), ids, list(map(len, ids))), options)

@@ -66,7 +66,7 @@ def load_hub(options: ServeOptions) -> Roberta:
             from roberta.int8 import sample_ids
 
             # A server has no input of its own to compare on: the agreement is printed on sample text.
-            quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, "cls")
+            quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, None)
     hub.batch_tokens = options.max_batch_tokens
     return hub
 

@@ -204,11 +204,36 @@ def teacher_logits(
     return out
 
 
+def cached_array(
+    out: Path, files: tuple[str, str], want: dict, compute: Callable[[], np.ndarray], placement
+) -> np.ndarray:
+    """An array a teacher computes once per command, kept at --out (`files`: the .npy and the JSON
+    of what made it, `want`: the teacher's and the data's hashes): read, memory-mapped, where
+    --out holds one made from the same teacher and data, else computed by the main process and
+    written. Every rank calls it once the plan has passed. The JSON is written after the array, so
+    a cache whose writer was killed between them is computed again."""
+    array_file, info_file = files
+    if placement.is_main and not _holds(out / array_file, out / info_file, want):
+        array = compute()
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_write(out / array_file, "wb") as f:
+            np.save(f, array)
+        write_json(out / info_file, {**want, "examples": len(array)})
+    distributed.barrier()
+    return np.load(out / array_file, mmap_mode="r")
+
+
+def _holds(array: Path, info: Path, want: dict) -> bool:
+    if not info.is_file() or not array.is_file():
+        return False
+    recorded = read_json(info)
+    return all(recorded.get(key) == value for key, value in want.items())
+
+
 @dataclass
 class TeacherCache:
-    """The teacher's logits for the training then transfer examples, cached at --out. `prepare`
-    (on every rank, once the plan has passed) reads a cache made from the same teacher and data
-    or computes and writes a new one; `logits()` is then the memory-mapped array."""
+    """The teacher's logits for the training then transfer examples, cached at --out: `prepare`
+    (a `Task.prepare`) reads or computes them (`cached_array`); `logits()` is then the array."""
 
     teacher: RobertaModel | None
     task: SentenceTask
@@ -217,31 +242,23 @@ class TeacherCache:
     array: np.ndarray | None = None
 
     def prepare(self, out: Path, placement: distributed.Placement) -> None:
-        if placement.is_main and self.teacher is not None:
-            want = {"teacher": fingerprint(self.teacher), "data": data_hash(self.token_ids, self.task.name)}
-            if not self._holds(out, want):
-                logits = teacher_logits(
-                    self.teacher, self.task, self.token_ids, self.pad_id, placement.device
-                )
-                out.mkdir(parents=True, exist_ok=True)
-                with atomic_write(out / LOGITS_FILE, "wb") as f:
-                    np.save(f, logits)
-                write_json(out / LOGITS_INFO, {**want, "examples": len(self.token_ids)})
-        distributed.barrier()
+        teacher = self.teacher
+        want = (
+            {"teacher": fingerprint(teacher), "data": data_hash(self.token_ids, self.task.name)}
+            if placement.is_main
+            else {}
+        )
+        self.array = cached_array(
+            out,
+            TEACHER_LOGITS,
+            want,
+            lambda: teacher_logits(teacher, self.task, self.token_ids, self.pad_id, placement.device),
+            placement,
+        )
         self.teacher = None  # its logits are all a run needs of it
-        self.array = np.load(out / LOGITS_FILE, mmap_mode="r")
 
     def logits(self) -> np.ndarray:
         return self.array
-
-    @staticmethod
-    def _holds(out: Path, want: dict) -> bool:
-        """Whether --out holds logits computed by this teacher from these examples (the JSON is
-        written after the array, so a cache whose writer was killed between them is recomputed)."""
-        if not (out / LOGITS_INFO).is_file() or not (out / LOGITS_FILE).is_file():
-            return False
-        info = read_json(out / LOGITS_INFO)
-        return all(info.get(key) == value for key, value in want.items())
 
 
 def plan_distillation(

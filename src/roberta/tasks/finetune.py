@@ -40,7 +40,7 @@ from roberta import checkpoint
 from roberta.batching import LengthBatches, sorted_batches
 from roberta.errors import UserError
 from roberta.io import read_json, write_json
-from roberta.model import RobertaModel, SpanHead
+from roberta.model import RobertaModel, build_head
 from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, ModelSection, load_job_config
 from roberta.train.metrics import training_flops_per_token
@@ -236,10 +236,8 @@ def attach_heads(model: RobertaModel, heads: dict[str, dict]) -> None:
         if name in model.heads:
             if "labels" in spec:
                 model.heads[name].labels = spec["labels"]
-        elif spec["kind"] == "span":
-            model.add_head(name, SpanHead(model.config))
         else:
-            model.add_classification_head(name, spec["num_classes"], labels=spec.get("labels", ()))
+            model.add_head(name, build_head(model.config, spec))
 
 
 def mean_loss(sums: dict[str, float]) -> dict[str, float]:

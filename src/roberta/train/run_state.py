@@ -122,6 +122,7 @@ def _remove_temporaries(root: Path) -> None:
 # A distillation command's cache of its teacher's logits, at --out (beside its members with --seeds):
 # the array and what it was computed from.
 TEACHER_LOGITS = ("teacher-logits.npy", "teacher-logits.json")
+TEACHER_VECTORS = ("teacher-vectors.npy", "teacher-vectors.json")  # a sentence encoder's, by `distill embed`
 # What a run writes into its directory (the trainer, metrics, SQuAD's answers, `roberta probe`'s
 # results, which a pretraining run may be resumed beside): anything else is someone else's.
 RUN_FILES = (
@@ -137,6 +138,7 @@ RUN_FILES = (
     "null_odds.json",
     "probe",
     *TEACHER_LOGITS,
+    *TEACHER_VECTORS,
 )
 # The temporaries `roberta.io` writes beside a file or directory it publishes: `.NAME.tmp-*`, `.NAME.old-*`.
 _TEMPORARY = re.compile(r"\.(.+)\.(tmp|old)-.*")
@@ -180,7 +182,7 @@ def directory_modes(out: Path, run_dirs: list[Path], resume: bool, overwrite: bo
         return ["start"] * len(run_dirs)
     members = {d.name for d in run_dirs if d != out}  # when --out holds several runs
     if resume:  # only what this command writes there
-        ours = members | {RESULTS_FILE, *TEACHER_LOGITS} if members else set(RUN_FILES)
+        ours = members | {RESULTS_FILE, *TEACHER_LOGITS, *TEACHER_VECTORS} if members else set(RUN_FILES)
     else:  # a run of either shape, which --resume or --overwrite deals with
         ours = {*RUN_FILES, *members}
     stray = [name for name in entries if name not in ours and not is_temporary(out / name)]

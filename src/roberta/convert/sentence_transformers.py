@@ -1,0 +1,159 @@
+"""sentence-transformers directories: read one as a sentence encoder (a distillation teacher, the
+anchor `roberta evaluate sts` measures ours against), and write the modules that make an HF export
+of our sentence encoder load in `SentenceTransformer(dir)` with its pooling.
+
+A sentence-transformers directory is an HF model directory plus `modules.json`, the chain its
+vectors come from: the transformer, `1_Pooling/config.json` (which pooling), optionally
+`2_Dense/` (a linear map) and `Normalize`. The library itself is imported only here and only when
+such a directory is read: it is an extra (`pip install 'roberta[embed]'`), never needed to train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from roberta.errors import UserError
+from roberta.io import write_json
+
+MODULES = "modules.json"
+IDENTITY = "torch.nn.modules.linear.Identity"  # a Dense module's activation, where it has none
+
+
+def is_sentence_transformer(path: str | Path) -> bool:
+    return (Path(path) / MODULES).is_file()
+
+
+@dataclass
+class SentenceEncoder:
+    """A sentence-transformers model read from its directory, with what distillation caches by."""
+
+    path: Path
+    model: object  # sentence_transformers.SentenceTransformer
+
+    @classmethod
+    def load(cls, path: str | Path) -> SentenceEncoder:
+        """The model in `path`, refused in one line unless it is a sentence-transformers directory
+        the library loads (offline: nothing is downloaded)."""
+        path = Path(path)
+        if not path.is_dir():
+            raise UserError(f"{path}: no such directory (a sentence-transformers model directory)")
+        if not is_sentence_transformer(path):
+            raise UserError(
+                f"{path}: not a sentence encoder: no {MODULES} (a sentence-transformers model directory, "
+                "e.g. all-MiniLM-L6-v2's, names the modules its vectors come from)"
+            )
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise UserError(
+                f"{path}: reading a sentence-transformers model needs its library: "
+                "pip install 'roberta[embed]' (sentence-transformers)"
+            ) from None
+        try:
+            model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        except Exception as e:  # the library's errors are many and unlike each other: one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"{path}: sentence-transformers cannot load it: {first[:200]}") from None
+        return cls(path, model)
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.get_sentence_embedding_dimension())
+
+    def fingerprint(self) -> str:
+        """sha256 of every file of the directory (names and bytes): what decides its vectors."""
+        digest = hashlib.sha256()
+        for file in sorted(p for p in self.path.rglob("*") if p.is_file()):
+            digest.update(str(file.relative_to(self.path)).encode())
+            with open(file, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        return digest.hexdigest()
+
+    def encode(self, sentences: list[str], progress: bool = True, batch_size: int = 64) -> np.ndarray:
+        """The model's vectors, [N, dim] float32, in the order given."""
+        vectors = self.model.encode(
+            sentences, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=progress
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def write_modules(directory: Path, pool: str, hidden_size: int, max_length: int, dense=None) -> None:
+    """The files that make the HF model in `directory` a sentence-transformers model with our
+    embedding head: the transformer, its pooling and, for a head with a map onto another width,
+    that map (`dense`: the nn.Linear, written as the library's Dense module with no activation)."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    for folder in ("1_Pooling", *(["2_Dense"] if dense is not None else [])):
+        (directory / folder).mkdir()
+    write_json(
+        directory / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False}
+    )
+    write_json(
+        directory / "1_Pooling" / "config.json",
+        {
+            "word_embedding_dimension": hidden_size,
+            "pooling_mode_cls_token": pool == "cls",
+            "pooling_mode_mean_tokens": pool == "mean",
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        },
+    )
+    if dense is not None:
+        from roberta.checkpoint import save_safetensors
+
+        modules.append(
+            {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+        )
+        write_json(
+            directory / "2_Dense" / "config.json",
+            {
+                "in_features": dense.in_features,
+                "out_features": dense.out_features,
+                "bias": True,
+                "activation_function": IDENTITY,
+            },
+        )
+        weights = {
+            "linear.weight": dense.weight.detach().contiguous(),
+            "linear.bias": dense.bias.detach().contiguous(),
+        }
+        save_safetensors(weights, directory / "2_Dense" / "model.safetensors")
+    write_json(directory / MODULES, modules)
+
+
+def read_embedding_head(directory: Path, config) -> nn.Module | None:
+    """The embedding head a sentence-transformers directory describes, weights loaded, where its
+    chain is one an `EmbeddingHead` computes: the transformer, a `<s>` or mean pooling, and
+    optionally a Dense map without activation. None for a plain HF directory or another chain
+    (max pooling, a Normalize step...): the model is then read without its pooling."""
+    from roberta.checkpoint import read_safetensors
+    from roberta.io import read_json
+    from roberta.model import EmbeddingHead
+
+    if not is_sentence_transformer(directory):
+        return None
+    modules = read_json(directory / MODULES)
+    kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules] if isinstance(modules, list) else []
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Dense"]):
+        return None
+    pooling = read_json(directory / modules[1]["path"] / "config.json")
+    modes = {key for key, on in pooling.items() if key.startswith("pooling_mode_") and on is True}
+    pool = {frozenset({"pooling_mode_cls_token"}): "cls", frozenset({"pooling_mode_mean_tokens"}): "mean"}
+    if frozenset(modes) not in pool:
+        return None
+    dense = read_json(directory / modules[2]["path"] / "config.json") if len(modules) == 3 else None
+    if dense is not None and (dense.get("activation_function") != IDENTITY or dense.get("bias") is False):
+        return None
+    head = EmbeddingHead(config, pool[frozenset(modes)], dense["out_features"] if dense else None)
+    if dense is not None:
+        weights = read_safetensors(directory / modules[2]["path"] / "model.safetensors")
+        head.proj.load_state_dict({"weight": weights["linear.weight"], "bias": weights["linear.bias"]})
+    return head

@@ -1,0 +1,421 @@
+"""Sentence embeddings: a checkpoint trained into a sentence encoder, whose vectors' cosine ranks
+pairs of texts as people do, on the one trainer.
+
+One objective per source of signal:
+- `finetune embed --text FILE|DIR` (sentences, one a line): unsupervised SimCSE (Gao et al.
+  2021). Each sentence goes through the encoder twice, with its own dropout each time; the two
+  vectors are a positive pair and the batch's other sentences its negatives (InfoNCE at
+  temperature 0.05).
+- `finetune embed --pairs FILE`: pairs of texts. With --score-column, CoSENT (Su 2022): for every
+  two pairs of the batch whose gold scores are ordered, the cosines are pushed into the same
+  order; without scores, each pair's second text is its first's positive among the batch's other
+  second texts (supervised SimCSE; with --negative-column a hard negative per pair as well).
+- `distill embed --teacher DIR --text FILE|DIR`: the student's vector regressed onto a
+  sentence-transformers teacher's for the same sentence (squared error; Reimers and Gurevych
+  2020), the teacher's vectors computed once and cached at RUN/teacher-vectors.npy. A
+  student of another width learns a linear map onto the teacher's.
+
+The pooling (`<s>`, or the mean over the tokens) and that map are the model's `embedding` head,
+saved with every checkpoint, so `roberta embed`, the hub's `embed()`, `serve` and the HF export
+give the trained vector. The dev set is pairs with gold scores (STS-B's dev.tsv): the Spearman
+correlation of their cosines picks RUN/best/.
+
+In-batch negatives are the micro-batch's: with gradient accumulation (train.micro_batch_size below
+train.batch_size), or on several processes, each micro-batch is its own set of negatives.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from roberta.batching import pad
+from roberta.errors import UserError
+from roberta.model import EMBEDDING_HEAD, RobertaModel
+from roberta.tasks.classify import parse_label
+from roberta.tasks.distill import cached_array
+from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, sequence_length
+from roberta.tasks.rows import read_records
+from roberta.text_input import InputOptions, TrainingText
+from roberta.train import distributed
+from roberta.train.config import JobConfig
+from roberta.train.objective import EXAMPLES, Batch, Objective
+from roberta.train.run_state import TEACHER_VECTORS
+
+SIMCSE_TEMPERATURE = 0.05  # Gao et al. 2021, for unsupervised and supervised SimCSE alike
+COSENT_SCALE = 20.0  # Su 2022: cosines x 20 inside the log-sum-exp
+# The recipe's defaults: SimCSE's batch 64 and one epoch, at an LR a small model moves with; a
+# student distilled from nothing starts far from its teacher and takes a larger one.
+EMBED_LR, EMBED_BATCH, EMBED_EPOCHS = 3e-5, 64, 1
+DISTILL_EMBED_LR = 5e-4
+TEACHER_BATCH = 64  # sentences per teacher forward while caching its vectors
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The columns of a table of pairs: the two texts, and optionally a score and a hard negative."""
+
+    text: str = "sentence1"
+    pair: str = "sentence2"
+    score: str | None = None
+    negative: str | None = None
+
+    def names(self) -> list[str]:
+        return [c for c in (self.text, self.pair, self.score, self.negative) if c is not None]
+
+    @classmethod
+    def parse(cls, value: str, option: str) -> Columns:
+        """Scored pairs' columns from "A,B,SCORE" (an option's value, named in its error)."""
+        names = [c.strip() for c in value.split(",")]
+        if len(names) != 3 or not all(names):
+            raise UserError(f"{option} {value!r}: give three column names, A,B,SCORE")
+        return cls(*names)
+
+
+@dataclass(frozen=True)
+class Pair:
+    text: str
+    pair: str
+    score: float | None
+    negative: str | None
+
+
+def read_pairs(path: str | Path, columns: Columns) -> list[Pair]:
+    """Every row of a .csv, .tsv, .jsonl, .parquet or .arrow table of pairs, checked: texts must be
+    strings, a score a finite number; a file without rows is refused."""
+    path = Path(path)
+    texts = [c for c in (columns.text, columns.pair, columns.negative) if c is not None]
+    pairs = []
+    for line, record in read_records(path, columns.names(), strings=texts):
+        for column in texts:
+            if not isinstance(record[column], str):
+                raise UserError(
+                    f"{path}:{line}: field {column!r} is {json.dumps(record[column])}, not a string"
+                )
+        score = None
+        if columns.score is not None:
+            score = parse_label(record[columns.score], True, path, line, columns.score)
+        negative = record[columns.negative] if columns.negative is not None else None
+        pairs.append(Pair(record[columns.text], record[columns.pair], score, negative))
+    if not pairs:
+        raise UserError(f"{path}: no pairs")
+    return pairs
+
+
+def read_sentences(inputs: Sequence[str | Path], limit: int | None, progress: bool = True) -> list[str]:
+    """The non-blank lines of text files, a directory of them, JSONL or Parquet/Arrow records (as
+    `prepare` reads them, every line a sentence), the first `limit` of them if given."""
+    if limit is not None and limit < 1:
+        raise UserError(f"--max-sentences must be at least 1, not {limit}")
+    text = TrainingText(list(inputs), InputOptions(line_is_document=True), progress)
+    sentences: list[str] = []
+    try:
+        for batch in text.batches():
+            sentences.extend(s for s in batch if s.strip())
+            if limit is not None and len(sentences) >= limit:
+                break
+    finally:
+        text.close()
+    return sentences[:limit]
+
+
+# --- losses ------------------------------------------------------------------------------------
+
+
+def info_nce(
+    anchors: torch.Tensor, positives: torch.Tensor, temperature: float, negatives: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Summed over the batch: -log of the softmax, over every positive (and negative) of the
+    batch, of each anchor's cosine with its own positive, the cosines divided by `temperature`."""
+    candidates = positives if negatives is None else torch.cat([positives, negatives])
+    logits = F.normalize(anchors, dim=-1) @ F.normalize(candidates, dim=-1).T / temperature
+    return F.cross_entropy(logits, torch.arange(len(anchors), device=anchors.device), reduction="sum")
+
+
+def cosent(cosines: torch.Tensor, scores: torch.Tensor, scale: float = COSENT_SCALE) -> torch.Tensor:
+    """log(1 + sum over every two pairs i, j with scores[i] > scores[j] of exp(scale (cos_j - cos_i))),
+    times the batch's pairs: the trainer divides by them, so micro-batches average by their size."""
+    worse = scores[:, None] > scores[None, :]  # [i, j]: pair i should have the higher cosine
+    gaps = (scale * (cosines[None, :] - cosines[:, None]))[worse]
+    return torch.logsumexp(torch.cat([gaps.new_zeros(1), gaps]), dim=0) * len(cosines)
+
+
+def regression(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Summed over the batch: each student vector's squared distance from its teacher's (for unit
+    teacher vectors such as all-MiniLM-L6-v2's, on the scale of 2 - 2 cos)."""
+    return ((student - teacher) ** 2).sum(-1).sum()
+
+
+def vectors(model: RobertaModel, tokens: torch.Tensor) -> torch.Tensor:
+    return model.sentence_embedding(tokens).float()
+
+
+def embed_loss(model: RobertaModel, batch: Batch, temperature: float) -> dict:
+    """The loss the batch's keys call for: a teacher's vectors, a pair with scores (every dev batch
+    too, which also hands evaluation its cosines), pairs without, or sentences alone (SimCSE)."""
+    first = vectors(model, batch["tokens"])
+    if "teacher" in batch:
+        return {"loss": regression(first, batch["teacher"].float())}
+    if "pair" not in batch:
+        a, b = vectors(model, torch.cat([batch["tokens"], batch["tokens"]])).chunk(2)
+        return {"loss": info_nce(a, b, temperature)}
+    second = vectors(model, batch["pair"])
+    if "score" not in batch:
+        negatives = vectors(model, batch["negative"]) if "negative" in batch else None
+        return {"loss": info_nce(first, second, temperature, negatives)}
+    cosines = F.cosine_similarity(first, second, dim=-1)
+    return {"loss": cosent(cosines, batch["score"]), EXAMPLES: {"cosine": cosines, "score": batch["score"]}}
+
+
+def sts_figures(cosines: Sequence[float], scores: Sequence[float]) -> dict[str, float]:
+    """Pearson and Spearman of cosines against gold scores (NaN where undefined: fewer than two
+    pairs, or constant values), as GLUE's STS-B metric computes them."""
+    from roberta.tasks.glue import get_task, metrics
+
+    return metrics(get_task("STS-B"), list(map(float, cosines)), list(map(float, scores)))
+
+
+def _metrics(sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
+    figures = mean_loss(sums)
+    if examples:
+        figures.update(sts_figures(examples["cosine"], examples["score"]))
+    return figures
+
+
+# --- the task ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbedData:
+    """What an embedding run reads: sentences (`text`) or a table of `pairs`, and the dev pairs."""
+
+    dev: Path
+    text: tuple[str | Path, ...] = ()
+    pairs: Path | None = None
+    columns: Columns = Columns()
+    dev_columns: Columns = Columns(score="score")
+    max_sentences: int | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.text) == (self.pairs is not None):
+            raise UserError("give --text (sentences, one a line) or --pairs (a table of pairs), one of them")
+        if self.dev_columns.score is None:
+            raise UserError("the dev pairs need a score column: their cosines are ranked against it")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Token ids of the training examples (each a tuple: text, and pair and negative if any), their
+    scores, and the dev pairs'."""
+
+    train: list[tuple[list[int], ...]]
+    scores: list[float] | None
+    dev: list[tuple[list[int], list[int]]]
+    dev_scores: list[float]
+
+
+def encode_data(data: EmbedData, tokenizer, max_length: int, progress: bool) -> tuple[Encoded, list[str]]:
+    """The data read, checked and encoded, dev first (its errors before minutes of reading text);
+    with the training sentences, for a teacher to read."""
+    dev = read_pairs(data.dev, data.dev_columns)
+
+    def ids(texts: list[str]) -> list[list[int]]:
+        return tokenizer.encode_batch(texts, None, max_length=max_length, truncation="longest_first")
+
+    dev_ids = list(zip(ids([p.text for p in dev]), ids([p.pair for p in dev])))
+    dev_scores = [p.score for p in dev]
+    if data.pairs is not None:
+        pairs = read_pairs(data.pairs, data.columns)
+        fields = [ids([p.text for p in pairs]), ids([p.pair for p in pairs])]
+        if data.columns.negative is not None:
+            fields.append(ids([p.negative for p in pairs]))
+        scores = [p.score for p in pairs] if data.columns.score is not None else None
+        return Encoded(list(zip(*fields)), scores, dev_ids, dev_scores), []
+    sentences = read_sentences(data.text, data.max_sentences, progress)
+    return Encoded([(x,) for x in ids(sentences)], None, dev_ids, dev_scores), sentences
+
+
+def embed_objective(
+    encoded: Encoded,
+    heads: dict[str, dict],
+    job: JobConfig,
+    pad_id: int,
+    rank: int,
+    world: int,
+    temperature: float,
+    teacher: Callable[[], np.ndarray] | None = None,
+) -> Objective:
+    """Batches of the training examples (their teacher's vectors, rows of `teacher()`, if any) and
+    of the dev pairs, and the loss their keys call for (`embed_loss`)."""
+    names = ("tokens", "pair", "negative")
+
+    def collate(examples: Sequence[tuple[list[int], ...]], scores, indices: np.ndarray) -> Batch:
+        batch = {
+            name: pad([examples[i][k] for i in indices], pad_id)
+            for k, name in enumerate(names[: len(examples[0])])
+        }
+        if scores is not None:
+            batch["score"] = torch.tensor([scores[i] for i in indices], dtype=torch.float32)
+        if teacher is not None:
+            batch["teacher"] = torch.from_numpy(np.asarray(teacher()[indices]))
+        return batch
+
+    def lengths(examples: Sequence[tuple[list[int], ...]]) -> list[int]:
+        return [sum(map(len, x)) for x in examples]
+
+    def dev_batch(indices: np.ndarray) -> Batch:
+        batch = {name: pad([encoded.dev[i][k] for i in indices], pad_id) for k, name in enumerate(names[:2])}
+        return {**batch, "score": torch.tensor([encoded.dev_scores[i] for i in indices], dtype=torch.float32)}
+
+    return batched_objective(
+        "embed",
+        Batching(job, pad_id, rank, world),
+        train_lengths=lengths(encoded.train),
+        train_batch=lambda indices: collate(encoded.train, encoded.scores, indices),
+        eval_sets={"dev": (lengths(encoded.dev), dev_batch)},
+        heads=heads,
+        loss=functools.partial(embed_loss, temperature=temperature),
+        metrics=_metrics,
+        best_metric="spearman",
+        figures={"dev": ("loss", "pearson", "spearman")},
+        counts=lambda batch: {"loss": len(batch["tokens"])},
+    )
+
+
+def embedding_heads(
+    model: RobertaModel, pool: str | None, dim: int | None, source: str | Path
+) -> dict[str, dict]:
+    """The task's `embedding` head: the starting model's where it has one (a --pool, or a
+    teacher's width `dim`, other than its own is refused), else a new one pooling by `pool`
+    (default mean) with a map onto `dim` where that is not the model's width."""
+    width = None if dim in (None, model.config.hidden_size) else dim
+    if EMBEDDING_HEAD not in model.heads:
+        spec = {"kind": "embedding", "pool": pool or "mean", **({"dim": width} if width else {})}
+        return {EMBEDDING_HEAD: spec}
+    have = model.heads[EMBEDDING_HEAD].spec()
+    if pool is not None and pool != have["pool"]:
+        raise UserError(
+            f"{source}: its embedding head pools by {have['pool']!r}, not {pool!r}: give --pool "
+            f"{have['pool']}, or start from a checkpoint without one"
+        )
+    if dim is not None and have.get("dim", model.config.hidden_size) != dim:
+        raise UserError(
+            f"{source}: its embedding head gives {have.get('dim', model.config.hidden_size)} dimensions, "
+            f"the teacher's vectors {dim}"
+        )
+    return {EMBEDDING_HEAD: have}
+
+
+def plan_embedding(
+    data: EmbedData,
+    pool: str | None,
+    temperature: float,
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer,
+    source: str | Path,
+    progress: bool = True,
+) -> Task:
+    """Contrastive training of `model` (from `source`) into a sentence encoder on `data`, checked and
+    encoded; RUN/best/ holds the checkpoint of the best dev Spearman, with its embedding head."""
+    if not (temperature > 0 and np.isfinite(temperature)):
+        raise UserError(f"--temperature must be a positive number, not {temperature}")
+    heads = embedding_heads(model, pool, None, source)
+    max_length = sequence_length(job, model, 3, "<s> text </s>")
+    encoded, _ = encode_data(data, tokenizer, max_length, progress)
+    return Task(
+        objective=lambda member, rank, world: embed_objective(
+            encoded, heads, member, tokenizer.pad_id, rank, world, temperature
+        ),
+        max_length=max_length,
+        run_info={"task": "embed", "objective": objective_name(data), **_run_info(heads, encoded)},
+    )
+
+
+def objective_name(data: EmbedData) -> str:
+    if data.pairs is None:
+        return "simcse"
+    return "cosent" if data.columns.score is not None else "in-batch negatives"
+
+
+def _run_info(heads: dict[str, dict], encoded: Encoded) -> dict:
+    return {"embedding": heads[EMBEDDING_HEAD], "examples": len(encoded.train), "dev_pairs": len(encoded.dev)}
+
+
+@dataclass
+class TeacherVectors:
+    """The teacher's vectors of the training sentences, cached at --out (`cached_array`)."""
+
+    teacher: object | None  # roberta.convert.sentence_transformers.SentenceEncoder
+    sentences: list[str]
+    progress: bool = True
+    array: np.ndarray | None = None
+
+    def prepare(self, out: Path, placement: distributed.Placement) -> None:
+        teacher = self.teacher
+        want = (
+            {"teacher": teacher.fingerprint(), "data": texts_hash(self.sentences)}
+            if placement.is_main
+            else {}
+        )
+        compute = lambda: teacher.encode(self.sentences, self.progress)  # noqa: E731
+        self.array = cached_array(out, TEACHER_VECTORS, want, compute, placement)
+        self.teacher = None
+
+    def vectors(self) -> np.ndarray:
+        return self.array
+
+
+def texts_hash(texts: Sequence[str]) -> str:
+    """sha256 of the texts, in order (each with its length, so no two lists hash alike by joining)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def plan_embedding_distillation(
+    data: EmbedData,
+    teacher_dir: str | Path,
+    pool: str | None,
+    job: JobConfig,
+    model: RobertaModel,
+    tokenizer,
+    source: str | Path,
+    progress: bool = True,
+) -> Task:
+    """The student `model` (from `source`) trained to give a sentence-transformers teacher's
+    vectors for the sentences of `data.text`; RUN/best/ holds the best dev Spearman's checkpoint."""
+    from roberta.convert.sentence_transformers import SentenceEncoder
+
+    if data.pairs is not None:
+        raise UserError("distill embed reads sentences (--text): the teacher's vector of each is its label")
+    max_length = sequence_length(job, model, 3, "<s> text </s>")
+    encoded, sentences = encode_data(data, tokenizer, max_length, progress)
+    teacher = SentenceEncoder.load(teacher_dir)
+    heads = embedding_heads(model, pool, teacher.dim, source)
+    cache = TeacherVectors(teacher, sentences, progress)
+    return Task(
+        objective=lambda member, rank, world: embed_objective(
+            encoded, heads, member, tokenizer.pad_id, rank, world, SIMCSE_TEMPERATURE, cache.vectors
+        ),
+        max_length=max_length,
+        run_info={
+            "task": "embed",
+            "objective": "distillation",
+            "teacher": str(teacher_dir),
+            **_run_info(heads, encoded),
+        },
+        prepare=cache.prepare,
+        keep=TEACHER_VECTORS,
+    )
