@@ -26,7 +26,7 @@ from data_fixtures import glue_slice
 from refusals import Case
 from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.hub import Roberta
-from roberta.model import SpanHead
+from roberta.model import EmbeddingHead, SpanHead
 from roberta.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
@@ -61,6 +61,7 @@ class Env(refusals.Env):
             + "--text-column text --label-column label".split(),
             "squad": ["--version", "1.1", "--train", squad, "--dev", squad],
             "race": ["--data", str(a.race)],
+            "embed": ["--dev", str(a.glue / "STS-B" / "dev.tsv")],
         }[family]
         return ["finetune", family, *data, "--init", str(a.checkpoint), "--out", str(self.work / out), *extra]
 
@@ -426,7 +427,126 @@ FINETUNE_CASES: list[Case] = [
         "glue --resume --train.micro_batch_size=16",
         *SHORT,
     ),
+    # finetune embed / distill embed: what they read, their options, the teacher
+    refused("embed-neither-text-nor-pairs", "give --text (sentences, one a line) or --pairs", "embed"),
+    Case("finetune/embed-empty-text", "empty corpus", argv=lambda e: embed(e, e.file("empty.txt", "\n \n"))),
+    Case(
+        "finetune/embed-text-and-pairs",
+        "give --text (sentences, one a line) or --pairs",
+        argv=lambda e: embed(e, sentences(e), "--pairs", str(e.assets.glue / "STS-B" / "train.tsv")),
+    ),
+    Case(
+        "finetune/embed-pairs-missing-column",
+        "no column 'sentence3' in the header",
+        argv=lambda e: e.finetune(
+            "embed", "--pairs", str(e.assets.glue / "STS-B" / "train.tsv"), "--pair-column", "sentence3"
+        ),
+    ),
+    Case(
+        "finetune/embed-pairs-score-not-a-number",
+        'pairs.jsonl:2: score "high" is not a number',
+        argv=lambda e: e.finetune(
+            "embed", "--pairs", scored_pairs(e, 4.0, "high"), "--score-column", "score"
+        ),
+    ),
+    Case(
+        "finetune/embed-pairs-text-not-a-string",
+        "pairs.jsonl:1: field 'sentence2' is 3, not a string",
+        argv=lambda e: e.finetune(
+            "embed", "--pairs", e.file("pairs.jsonl", '{"sentence1": "a", "sentence2": 3}\n')
+        ),
+    ),
+    Case(
+        "finetune/embed-dev-columns-two",
+        "--dev-columns 'sentence1,sentence2': give three column names",
+        argv=lambda e: embed(e, sentences(e), "--dev-columns", "sentence1,sentence2"),
+    ),
+    Case(
+        "finetune/embed-dev-without-the-score-column",
+        "no column 'similarity' in the header",
+        argv=lambda e: embed(e, sentences(e), "--dev-columns", "sentence1,sentence2,similarity"),
+    ),
+    Case(
+        "finetune/embed-temperature-zero",
+        "--temperature must be a positive number, not 0.0",
+        argv=lambda e: embed(e, sentences(e), "--temperature", "0"),
+    ),
+    Case(
+        "finetune/embed-max-sentences-zero",
+        "--max-sentences must be at least 1, not 0",
+        argv=lambda e: embed(e, sentences(e), "--max-sentences", "0"),
+    ),
+    Case(
+        "finetune/embed-pool-not-the-checkpoints",
+        "its embedding head pools by 'mean', not 'cls'",
+        argv=lambda e: embed(e, sentences(e), "--pool", "cls", "--init", encoder_checkpoint(e)),
+    ),
+    Case(
+        "distill/embed-teacher-not-a-sentence-encoder",
+        "not a sentence encoder: no modules.json",
+        argv=lambda e: distill_embed(e, str(e.assets.checkpoint)),
+    ),
+    Case(
+        "distill/embed-teacher-missing",
+        "no such directory",
+        argv=lambda e: distill_embed(e, str(e.work / "nope")),
+    ),
+    Case(
+        "distill/embed-teacher-unreadable",
+        "sentence-transformers cannot load it",
+        argv=lambda e: distill_embed(e, broken_sentence_encoder(e)),
+    ),
 ]
+
+
+def sentences(env: Env) -> str:
+    return env.file("sentences.txt", "A man plays a guitar.\nTwo dogs run.\nThe market fell.\n")
+
+
+def embed(env: Env, text: str, *extra: str) -> list[str]:
+    """`roberta finetune embed --text TEXT` on the assets' checkpoint and STS-B dev slice."""
+    return env.finetune("embed", "--text", text, *extra)
+
+
+def scored_pairs(env: Env, *scores) -> str:
+    rows = [{"sentence1": "a cat", "sentence2": "a dog", "score": score} for score in scores]
+    return env.file("pairs.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def encoder_checkpoint(env: Env) -> str:
+    """The assets' checkpoint with a mean-pooling embedding head."""
+    return checkpoint_with_head(
+        env, "encoder", lambda m: m.add_head("embedding", EmbeddingHead(m.config, "mean"))
+    )
+
+
+def distill_embed(env: Env, teacher: str) -> list[str]:
+    dev = str(env.assets.glue / "STS-B" / "dev.tsv")
+    out = str(env.work / "run")
+    student = str(env.assets.checkpoint)
+    return [
+        "distill",
+        "embed",
+        "--teacher",
+        teacher,
+        "--student",
+        student,
+        "--text",
+        sentences(env),
+        "--dev",
+        dev,
+        "--out",
+        out,
+    ]
+
+
+def broken_sentence_encoder(env: Env) -> str:
+    """A directory that names sentence-transformers modules but holds no model."""
+    env.file(
+        "teacher/modules.json",
+        json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]),
+    )
+    return str(env.work / "teacher")
 
 
 def evaluate_glue(env: Env, task: str, dev: str, predictions: str) -> list[str]:
@@ -532,6 +652,33 @@ INFERENCE_CASES: list[Case] = [
         argv=lambda e: evaluate_glue(
             e, "SST2", str(e.assets.glue / "SST-2" / "dev.tsv"), "index\tprediction\n"
         ),
+    ),
+    # evaluate sts: the pairs' columns
+    Case(
+        "evaluate/sts-missing-column",
+        "no column 'gold' in the header",
+        argv=lambda e: [
+            "evaluate",
+            "sts",
+            "--model",
+            str(e.assets.checkpoint),
+            "--data",
+            str(e.assets.glue / "STS-B" / "dev.tsv"),
+            "--columns",
+            "sentence1,sentence2,gold",
+        ],
+    ),
+    Case(
+        "evaluate/sts-no-model",
+        "nope",
+        argv=lambda e: [
+            "evaluate",
+            "sts",
+            "--model",
+            str(e.work / "nope"),
+            "--data",
+            str(e.assets.glue / "STS-B" / "dev.tsv"),
+        ],
     ),
     # evaluate squad: nothing to score, odds that are no number
     Case(
@@ -944,4 +1091,4 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(
 
 
 def test_cases_cover_the_fine_tuning_half():
-    refusals.check_table(CASES, {"finetune", "evaluate", "predict", "answer", "checkpoint"}, 60)
+    refusals.check_table(CASES, {"finetune", "distill", "evaluate", "predict", "answer", "checkpoint"}, 60)

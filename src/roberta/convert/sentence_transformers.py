@@ -63,7 +63,9 @@ class SentenceEncoder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        model = self.model  # the method's name changed in sentence-transformers 6
+        get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(get())
 
     def fingerprint(self) -> str:
         """sha256 of every file of the directory (names and bytes): what decides its vectors."""

@@ -401,9 +401,9 @@ def plan_embedding_distillation(
     if data.pairs is not None:
         raise UserError("distill embed reads sentences (--text): the teacher's vector of each is its label")
     max_length = sequence_length(job, model, 3, "<s> text </s>")
-    encoded, sentences = encode_data(data, tokenizer, max_length, progress)
-    teacher = SentenceEncoder.load(teacher_dir)
+    teacher = SentenceEncoder.load(teacher_dir)  # refused before a bar is drawn over the text
     heads = embedding_heads(model, pool, teacher.dim, source)
+    encoded, sentences = encode_data(data, tokenizer, max_length, progress)
     cache = TeacherVectors(teacher, sentences, progress)
     return Task(
         objective=lambda member, rank, world: embed_objective(
