@@ -20,6 +20,7 @@ import argparse
 import datetime
 import json
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -269,6 +270,12 @@ def main() -> None:
         if student is None or name not in args.steps:
             continue
         run = work / "runs" / name
+        cached = work / "runs" / "distill-random" / "teacher-vectors.npy"
+        reuse = name == "distill-pretrained" and cached.exists() and not (run / "best").exists()
+        if reuse:  # the same teacher and sentences: its cache (checked by its hashes) spares a rerun
+            run.mkdir(parents=True, exist_ok=True)
+            for suffix in (".npy", ".json"):
+                shutil.copy(cached.with_suffix(suffix), run / f"teacher-vectors{suffix}")
         argv = [
             "distill",
             "embed",
@@ -286,8 +293,9 @@ def main() -> None:
             "--optim.lr=1e-3",
             "--data.max_length=64",
         ]
-        minutes = timed(work, name, argv, run / "best")
-        total = minutes + (pretrain_minutes or 0 if name == "distill-pretrained" else 0)
+        minutes = timed(work, name, [*argv, *(["--overwrite"] if reuse else [])], run / "best")
+        teacher = json.loads((work / "timings.json").read_text()).get("teacher", {}).get("minutes", 0)
+        total = minutes + (teacher + (pretrain_minutes or 0) if name == "distill-pretrained" else 0)
         record(
             f"distilled ({name.split('-')[1]} student)",
             "all-MiniLM-L6-v2's vectors",

@@ -26,6 +26,7 @@ train.batch_size), or on several processes, each micro-batch is its own set of n
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -269,13 +270,19 @@ def embed_objective(
         return batch
 
     def lengths(examples: Sequence[tuple[list[int], ...]]) -> list[int]:
-        return [sum(map(len, x)) for x in examples]
+        return [max(map(len, x)) for x in examples]  # a sequence's length, for batching and attention FLOPs
 
     def dev_batch(indices: np.ndarray) -> Batch:
         batch = {name: pad([encoded.dev[i][k] for i in indices], pad_id) for k, name in enumerate(names[:2])}
         return {**batch, "score": torch.tensor([encoded.dev_scores[i] for i in indices], dtype=torch.float32)}
 
-    return batched_objective(
+    def processed(batch: Batch) -> int:
+        """The real tokens the encoder ran (throughput and MFU): every text of the batch, and a
+        SimCSE batch twice."""
+        real = sum(int(batch[k].ne(pad_id).sum()) for k in names if k in batch)
+        return 2 * real if "pair" not in batch and "teacher" not in batch else real
+
+    objective = batched_objective(
         "embed",
         Batching(job, pad_id, rank, world),
         train_lengths=lengths(encoded.train),
@@ -288,6 +295,7 @@ def embed_objective(
         figures={"dev": ("loss", "pearson", "spearman")},
         counts=lambda batch: {"loss": len(batch["tokens"])},
     )
+    return dataclasses.replace(objective, tokens=processed)
 
 
 def embedding_heads(
