@@ -101,3 +101,22 @@ def test_the_export_is_served_as_the_checkpoint_is(hub, exported):
         assert call(running.url + "/info")[1]["runtime"] == "onnx"
     finally:
         running.stop()
+
+
+def test_a_sentence_encoders_head_is_exported_and_gives_its_vectors(hub, tmp_path):
+    """The embedding head (pooling, and a map onto another width) is a graph of its own: the
+    export's default vectors are the checkpoint's."""
+    import copy
+
+    from roberta.model import EmbeddingHead
+
+    model = copy.deepcopy(hub.model)
+    torch.manual_seed(0)
+    model.add_head("embedding", EmbeddingHead(model.config, "mean", 48))
+    ckpt = save(tmp_path / "ckpt", model, hub.tokenizer)
+    assert cli.main(["export", str(ckpt), "--to", "onnx", str(tmp_path / "onnx")]) == 0
+    ours, exported = Roberta(model, hub.tokenizer).eval(), Roberta(*load_onnx(tmp_path / "onnx")).eval()
+    ids = ours.encode_batch(["Hello", "A longer sentence than the first one."])
+    vectors = ours.embed(ids)
+    assert vectors.shape == (2, 48)
+    assert exported.embed(ids) == pytest.approx(vectors, abs=1e-4)

@@ -57,9 +57,18 @@ def timed(work: Path, name: str, argv: list[str], done: Path) -> float:
     return timings[name]["minutes"]
 
 
-def sts(work: Path, model: Path, dev: Path) -> dict:
+def sts(work: Path, model: Path, dev: Path, pool: str | None = None) -> dict:
     done = subprocess.run(
-        [ROBERTA, "evaluate", "sts", "--model", str(model), "--data", str(dev)],
+        [
+            ROBERTA,
+            "evaluate",
+            "sts",
+            "--model",
+            str(model),
+            "--data",
+            str(dev),
+            *(["--pool", pool] if pool else []),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -157,6 +166,13 @@ def main() -> None:
     parser.add_argument("--simcse-sentences", type=int, default=30_000)
     parser.add_argument("--distill-epochs", type=int, default=4)
     parser.add_argument(
+        "--cosent",
+        type=lambda v: (float(v.split(":")[0]), int(v.split(":")[1])),
+        nargs="*",
+        default=[(1e-4, 4), (5e-4, 8)],
+        help="LR:EPOCHS of each supervised run (default 1e-4:4 5e-4:8)",
+    )
+    parser.add_argument(
         "--steps",
         nargs="*",
         default=[
@@ -199,10 +215,11 @@ def main() -> None:
     if "minilm" in args.steps:
         record("all-MiniLM-L6-v2", "the anchor (6 x 384, sentence-transformers)", teacher_dir())
     random_student(work, work / "tok-8k", work / "random-init")
-    if "random" in args.steps:
-        record("random init", "2 x 128, untrained (mean pooling)", work / "random-init")
-    if pretrained is not None and "pretrained" in args.steps:
-        record("pretrained", "CPU overlap recipe (mean pooling)", pretrained, total=pretrain_minutes)
+    for pool in ("cls", "mean"):  # a model without a sentence-embedding head: both poolings
+        if "random" in args.steps:
+            record(f"random init, {pool}", "2 x 128, untrained", work / "random-init", pool=pool)
+        if pretrained is not None and "pretrained" in args.steps:
+            record(f"pretrained, {pool}", "CPU overlap recipe", pretrained, total=pretrain_minutes, pool=pool)
     simcse = work / "runs" / "simcse"
     if pretrained is not None and "simcse" in args.steps:
         corpus = data / "corpus"
@@ -234,34 +251,33 @@ def main() -> None:
             minutes,
             (pretrain_minutes or 0) + minutes,
         )
-    cosent = work / "runs" / "cosent"
-    if (simcse / "best").exists() and "cosent" in args.steps:
-        minutes = timed(
-            work,
-            "cosent",
-            [
-                "finetune",
-                "embed",
-                "--init",
-                str(simcse / "best"),
-                "--pairs",
-                str(data / "glue" / "STS-B" / "train.tsv"),
-                "--score-column",
-                "score",
-                "--dev",
-                str(dev),
-                "--out",
-                str(cosent),
-                "--optim.lr=1e-4",
-                "--train.epochs=4",
-                "--train.batch_size=32",
-            ],
-            cosent / "best",
-        )
-        before = timings.get("simcse", {}).get("minutes", 0)
+    for lr, epochs in args.cosent:
+        cosent = work / "runs" / f"cosent-lr{lr:g}-e{epochs}"
+        if not (simcse / "best").exists() or "cosent" not in args.steps:
+            break
+        argv = [
+            "finetune",
+            "embed",
+            "--init",
+            str(simcse / "best"),
+            "--pairs",
+            str(data / "glue" / "STS-B" / "train.tsv"),
+            "--score-column",
+            "score",
+            "--dev",
+            str(dev),
+            "--out",
+            str(cosent),
+            f"--optim.lr={lr:g}",
+            f"--train.epochs={epochs}",
+            "--train.batch_size=32",
+        ]
+        minutes = timed(work, cosent.name, argv, cosent / "best")
+        before = json.loads((work / "timings.json").read_text()).get("simcse", {}).get("minutes", 0)
+        route = f"supervised, STS-B train: CoSENT, LR {lr:g}, {epochs} epochs"
         record(
-            "+ SimCSE + CoSENT",
-            "supervised, STS-B train",
+            f"+ SimCSE + CoSENT (LR {lr:g}, {epochs} epochs)",
+            route,
             cosent / "best",
             minutes,
             (pretrain_minutes or 0) + before + minutes,
