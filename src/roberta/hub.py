@@ -183,8 +183,7 @@ class Roberta(nn.Module):
         self.check_embed(layer, pool)
         layers = self.model.config.num_layers + 1
         last = layer in (-1, layers - 1)
-        own = self.embedding_pool()
-        if last and own is not None and pool in (None, own):
+        if self._own_vector(layer, pool):
             return torch.stack(
                 self._batched(tokens, lambda batch, _: list(self.model.sentence_embedding(batch, True)))
             )
@@ -201,6 +200,19 @@ class Roberta(nn.Module):
             return list(pooled(hidden, batch.ne(self.model.config.padding_idx), pool))
 
         return torch.stack(self._batched(tokens, run))
+
+    def embed_width(self, layer: int = -1, pool: str | None = None) -> int:
+        """The width of `embed(tokens, layer, pool)`'s vectors: a sentence encoder's own may be mapped
+        onto its teacher's width."""
+        if self._own_vector(layer, pool):
+            return self.model.heads[EMBEDDING_HEAD].spec().get("dim", self.model.config.hidden_size)
+        return self.model.config.hidden_size
+
+    def _own_vector(self, layer: int, pool: str | None) -> bool:
+        """Whether `embed(.., layer, pool)` is the model's own sentence vector: it has an embedding
+        head, and the last layer with no other pooling is asked for."""
+        own = self.embedding_pool()
+        return layer in (-1, self.model.config.num_layers) and own is not None and pool in (None, own)
 
     def embedding_pool(self) -> str | None:
         """The pooling of the model's sentence-embedding head, None where it has none."""

@@ -112,7 +112,7 @@ def embed_file(
     try:
         # Sized by the counting pass, so rows are written in place and nothing is held in memory.
         vectors = open_memmap(
-            tmp, mode="w+", dtype=np.float32, shape=(total, roberta.model.config.hidden_size)
+            tmp, mode="w+", dtype=np.float32, shape=(total, roberta.embed_width(layer, pool))
         )
         unit = "row" if is_records(input) else "line"
         with _Progress(total, unit, "embed", progress) as bar:

@@ -205,6 +205,11 @@ def test_distill_embed_caches_the_teacher_maps_onto_its_width_and_exports_the_ma
     assert student.model.heads[EMBEDDING_HEAD].spec() == {"kind": "embedding", "pool": "mean", "dim": 384}
     vectors = student.embed(student.encode_batch(sentences[:4]))
     assert vectors.shape == (4, 384)
+    (tmp_path / "four.txt").write_text("\n".join(sentences[:4]) + "\n")
+    assert 0 == main(
+        ["embed", str(out / "best"), "--input", str(tmp_path / "four.txt"), "--out", str(tmp_path / "v.npy")]
+    )
+    assert np.allclose(np.load(tmp_path / "v.npy"), vectors.numpy(), atol=1e-5)  # the command's too
     # A rerun with --overwrite reads the cache instead of running the teacher again.
     before = (out / "teacher-vectors.npy").stat().st_mtime_ns
     assert 0 == main(
