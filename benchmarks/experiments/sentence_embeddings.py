@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--corpus-lines", type=int, default=25_000)
     parser.add_argument("--simcse-sentences", type=int, default=30_000)
     parser.add_argument("--distill-epochs", type=int, default=4)
+    parser.add_argument("--cosent-init", default="simcse", help="the run the supervised runs start from")
     parser.add_argument(
         "--cosent",
         type=lambda v: (float(v.split(":")[0]), int(v.split(":")[1])),
@@ -252,36 +253,30 @@ def main() -> None:
             (pretrain_minutes or 0) + minutes,
         )
     for lr, epochs in args.cosent:
-        cosent = work / "runs" / f"cosent-lr{lr:g}-e{epochs}"
-        if not (simcse / "best").exists() or "cosent" not in args.steps:
+        prefix = "" if args.cosent_init == "simcse" else f"{args.cosent_init}-"
+        cosent = work / "runs" / f"{prefix}cosent-lr{lr:g}-e{epochs}"
+        start = work / "runs" / args.cosent_init / "best"  # where the supervised run starts
+        if not start.exists() or "cosent" not in args.steps:
             break
         argv = [
             "finetune",
             "embed",
             "--init",
-            str(simcse / "best"),
+            str(start),
             "--pairs",
             str(data / "glue" / "STS-B" / "train.tsv"),
-            "--score-column",
-            "score",
-            "--dev",
-            str(dev),
-            "--out",
-            str(cosent),
-            f"--optim.lr={lr:g}",
-            f"--train.epochs={epochs}",
-            "--train.batch_size=32",
         ]
+        argv += ["--score-column", "score", "--dev", str(dev), "--out", str(cosent), f"--optim.lr={lr:g}"]
+        argv += [f"--train.epochs={epochs}", "--train.batch_size=32"]
         minutes = timed(work, cosent.name, argv, cosent / "best")
-        before = json.loads((work / "timings.json").read_text()).get("simcse", {}).get("minutes", 0)
+        spent = json.loads((work / "timings.json").read_text())
+        before = spent.get(args.cosent_init, {}).get("minutes", 0)
+        if "distill" in args.cosent_init:
+            before += spent.get("teacher", {}).get("minutes", 0)  # its run reused the cached vectors
         route = f"supervised, STS-B train: CoSENT, LR {lr:g}, {epochs} epochs"
-        record(
-            f"+ SimCSE + CoSENT (LR {lr:g}, {epochs} epochs)",
-            route,
-            cosent / "best",
-            minutes,
-            (pretrain_minutes or 0) + before + minutes,
-        )
+        first = "+ SimCSE" if args.cosent_init == "simcse" else "+ distilled"
+        total = (pretrain_minutes or 0) + before + minutes
+        record(f"{first} + CoSENT (LR {lr:g}, {epochs} epochs)", route, cosent / "best", minutes, total)
     for name, student in (("distill-random", work / "random-init"), ("distill-pretrained", pretrained)):
         if student is None or name not in args.steps:
             continue

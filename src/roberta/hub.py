@@ -216,8 +216,7 @@ class Roberta(nn.Module):
 
     def embedding_pool(self) -> str | None:
         """The pooling of the model's sentence-embedding head, None where it has none."""
-        head = self.model.heads[EMBEDDING_HEAD] if EMBEDDING_HEAD in self.model.heads else None
-        return None if head is None else head.pool
+        return self.model.heads[EMBEDDING_HEAD].pool if EMBEDDING_HEAD in self.model.heads else None
 
     def check_embed(self, layer: int, pool: str | None) -> None:
         """`embed`'s options, checked on their own: a file is refused before anything is read or drawn."""
