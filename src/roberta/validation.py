@@ -6,7 +6,7 @@ Rules are class attributes of the dataclass: `CHOICES` (field -> allowed values)
 (field -> ">0", ">=N", or an interval such as "[0,1)"). A field's type comes from its annotation:
 an int is an int (a bool or a float with an integer value is refused: a config that says 12.0
 layers was not written for this model), a float any finite number (an int passes), a tuple of
-floats a list of that many numbers.
+floats a list of that many numbers, a `tuple[str, ...]` a list of strings (a repeated flag).
 """
 
 from __future__ import annotations
@@ -71,7 +71,10 @@ def _typed(value, hint, label: str, where: str):
             return value
         if dataclasses.is_dataclass(option) and isinstance(value, option):  # a nested section checks itself
             return value
-        if typing.get_origin(option) is tuple and isinstance(value, (list, tuple)):
+        if option == tuple[str, ...] and isinstance(value, (list, tuple)):
+            if all(isinstance(v, str) for v in value):
+                return tuple(value)
+        elif typing.get_origin(option) is tuple and isinstance(value, (list, tuple)):
             kinds = typing.get_args(option)
             if len(value) == len(kinds) and all(type(v) in (int, float) and math.isfinite(v) for v in value):
                 return tuple(float(v) for v in value)
@@ -84,6 +87,7 @@ _NAMES = {
     bool: "true or false",
     str: "a string",
     tuple[float, float]: "a list of 2 numbers",
+    tuple[str, ...]: "a list of strings",
 }
 
 

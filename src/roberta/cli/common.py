@@ -30,7 +30,8 @@ def add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str, comma
 def add_options(p: argparse.ArgumentParser, cls: type) -> None:
     """One argument per field of the options dataclass `cls` (`roberta.options`): positional or a
     flag (`--max-body-kb` for max_body_kb), typed by its annotation, with its default, choices and
-    help. A bool field is a switch that is off by default."""
+    help. A bool field is a switch (`--no-x` too when it is on by default); a `tuple[str, ...]`
+    field a flag that may be repeated."""
     kinds = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)
@@ -40,7 +41,11 @@ def add_options(p: argparse.ArgumentParser, cls: type) -> None:
             continue
         flag = "--" + f.name.replace("_", "-")
         if kinds[f.name] is bool:
-            p.add_argument(flag, action="store_true", help=help)
+            action = argparse.BooleanOptionalAction if f.default else "store_true"
+            p.add_argument(flag, action=action, default=f.default, help=help)
+            continue
+        if kinds[f.name] == tuple[str, ...]:
+            p.add_argument(flag, action="append", default=list(f.default), help=help, **meta)
             continue
         kind = next(k for k in (int, float, str) if k in (kinds[f.name], *typing.get_args(kinds[f.name])))
         choices = getattr(cls, "CHOICES", {}).get(f.name)
@@ -49,7 +54,8 @@ def add_options(p: argparse.ArgumentParser, cls: type) -> None:
 
 def options_from(args: argparse.Namespace, cls: type):
     """The options dataclass `cls` from the parsed arguments `add_options` declared."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+    return cls(**{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
 
 
 def progress_option(p: argparse.ArgumentParser) -> None:
