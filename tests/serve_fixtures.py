@@ -65,12 +65,28 @@ class Running:
         self.thread.join(timeout=20)
 
 
-def call(url: str, body=None, raw: bytes | None = None, timeout: float = 30) -> tuple[int, dict]:
-    """(status, JSON answer) of a GET (no body) or a POST of `body` as JSON (or of `raw` bytes)."""
-    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+def fetch(
+    url: str,
+    data: bytes | None = None,
+    headers: dict | None = None,
+    method: str | None = None,
+    timeout: float = 30,
+) -> tuple[int, dict, bytes]:
+    """(status, headers with lower-case names, body) of a request, a refusal's too."""
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def call(
+    url: str, body=None, raw: bytes | None = None, timeout: float = 30, key: str | None = None
+) -> tuple[int, dict]:
+    """(status, JSON answer) of a GET (no body) or a POST of `body` as JSON (or of `raw` bytes),
+    with `Authorization: Bearer <key>` when a key is given."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    status, _, answer = fetch(url, data, headers, timeout=timeout)
+    return status, json.loads(answer)

@@ -110,6 +110,29 @@ class ServeOptions:
     max_answers: int = option(
         1024, "rows one answer may hold: fill-mask's topk x texts, answer's topk (default {default})"
     )
+    api_key: tuple[str, ...] = option(
+        (),
+        "require 'Authorization: Bearer KEY' on every path but / and /health, /metrics included "
+        "(repeat for several keys, e.g. while rotating; other users of this machine can read a "
+        "command line: prefer --api-key-file)",
+        metavar="KEY",
+    )
+    api_key_file: str | None = option(
+        None,
+        "file of keys, one a line (blank lines and # comments ignored), required as --api-key's are",
+        metavar="FILE",
+    )
+    cors_origin: tuple[str, ...] = option(
+        (),
+        "let web pages from ORIGIN (scheme://host[:port], or * for any) call the server from a "
+        "browser; repeat for several (default: none)",
+        metavar="ORIGIN",
+    )
+    access_log: bool = option(
+        True,
+        "one line on stderr per request: client, method, path, status, milliseconds, items, tokens "
+        "(default: on)",
+    )
 
     CHOICES = {"runtime": RUNTIMES}
     RANGES = {

@@ -1,6 +1,7 @@
 """Bad input to the newest surfaces, table-driven as test_bad_inputs.py: `roberta serve` options
-that cannot mean anything, an address it cannot listen on, damaged ONNX exports, `export
---tolerance` that would disable its check, and a directory that cannot be published.
+that cannot mean anything, an address it cannot listen on, API keys or a key file it cannot use,
+a CORS origin no browser sends, damaged ONNX exports, `export --tolerance` that would disable its
+check, and a directory that cannot be published.
 
 Each row: exit status 2, one stderr line naming the cause, nothing new, removed or changed on
 disk; a server never starts (no "serving at" line on stdout). One test runs `roberta serve` as a
@@ -57,6 +58,17 @@ class Env(refusals.Env):
 
 def serve(*options: str) -> Callable[[Env], list[str]]:
     return lambda env: ["serve", str(env.assets.checkpoint), *options]
+
+
+def serve_with_keys(content: str | bytes | None, *options: str) -> Callable[[Env], list[str]]:
+    """`serve` with `--api-key-file` holding `content` (None: a file that is not there), on any
+    free port: the refusal comes after the bind, before the model loads."""
+
+    def argv(env: Env) -> list[str]:
+        path = str(env.work / "missing.txt") if content is None else env.file("keys.txt", content)
+        return ["serve", str(env.assets.checkpoint), "--port", "0", "--api-key-file", path, *options]
+
+    return argv
 
 
 def serve_damaged(damage: Callable[[Path], object]) -> Callable[[Env], list[str]]:
@@ -151,6 +163,35 @@ CASES = [
     Case(
         "serve/host-not-here", "cannot listen on 192.0.2.1:", argv=serve("--host", "192.0.2.1", "--port", "0")
     ),
+    Case("serve/key-file-missing", "missing.txt: No such file or directory", argv=serve_with_keys(None)),
+    Case(
+        "serve/key-file-no-key",
+        "keys.txt: holds no key (blank lines and # comments are ignored)",
+        argv=serve_with_keys("# rotated out\n\n   \n"),
+    ),
+    Case(
+        "serve/key-file-spaces",
+        "keys.txt, line 2: a key must be one or more visible ASCII characters, no spaces",
+        argv=serve_with_keys("# ours\ntwo words\n"),
+    ),
+    Case(
+        "serve/key-file-not-utf8",
+        "keys.txt: not UTF-8 text",
+        argv=serve_with_keys(b"caf\xe9\n", "--api-key", "k"),
+    ),
+    Case(
+        "serve/key-file-directory",
+        "Is a directory",
+        argv=lambda env: [*serve("--port", "0")(env), "--api-key-file", str(env.work)],
+    ),
+    Case(
+        "serve/key-empty", "--api-key: a key must be one or more", argv=serve("--port", "0", "--api-key", "")
+    ),
+    Case(
+        "serve/cors-origin-path",
+        "--cors-origin 'https://app.example/': an origin is scheme://host[:port] with no path",
+        argv=serve("--port", "0", "--cors-origin", "https://app.example/"),
+    ),
     Case(
         "serve/onnx-no-encoder",
         "encoder.onnx: missing: the export is incomplete",
@@ -242,6 +283,20 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(
 
 def test_cases_cover_serve_export_and_publishing():
     refusals.check_table(CASES, {"serve", "export", "convert", "publish"}, 20)
+
+
+@pytest.mark.slow
+def test_roberta_serve_with_a_key_file_it_cannot_read_is_one_line_and_exit_2(assets, tmp_path):
+    """The command a user types: the refusal names the file, never a key, and nothing is served."""
+    command = [str(Path(sys.executable).with_name("roberta")), "serve", str(assets.checkpoint), "--port", "0"]
+    missing = tmp_path / "keys.txt"
+    done = subprocess.run(
+        [*command, "--api-key-file", str(missing)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"roberta: error: --api-key-file {missing}: No such file or directory"
+    ]
 
 
 @pytest.mark.slow

@@ -28,11 +28,12 @@ def _convert(p: argparse.ArgumentParser) -> Handler:
 def _serve(p: argparse.ArgumentParser) -> Handler:
     """serve a checkpoint over HTTP: JSON endpoints, dynamic batching, a web page at /
 
-    Serves /fill-mask, /embed, /predict, /answer, /v1/embeddings (OpenAI's form), /health and /info,
-    and a page at / to try them. Requests that arrive together run as length-sorted batches through
-    the hub's calls (the same answers as one-by-one calls). A request asking for more than
-    --max-items, --max-request-tokens or --max-answers gets 413 naming the limit. Binds to
-    127.0.0.1: --host 0.0.0.0 exposes the server to the network, and it has no authentication.
+    Serves /fill-mask, /embed, /predict, /answer, /v1/embeddings (OpenAI's form), /health, /info,
+    /metrics (Prometheus), /openapi.json, and a page at / to try them. Requests that arrive together
+    run as length-sorted batches through the hub's calls (the same answers as one-by-one calls). A
+    request asking for more than --max-items, --max-request-tokens or --max-answers gets 413 naming
+    the limit. Binds to 127.0.0.1: --host 0.0.0.0 exposes the server to the network; with
+    --api-key or --api-key-file every path but / and /health needs the key (401 without it).
     SIGTERM or Ctrl-C stops it after answering the requests in flight.
     """
     add_options(p, ServeOptions)

@@ -1,4 +1,6 @@
-"""The HTTP application: routes, the request body's size limit, and one-line JSON errors.
+"""The HTTP application: routes, the request body's size limit, one-line JSON errors, and the
+middleware around them (outermost first): each request timed, counted and logged; CORS, when
+`--cors-origin` names origins; the API key, when there are keys.
 
 Every refusal is `{"error": "<one line>"}` with a 4xx status (5xx only for what is the server's
 own fault: a full queue, a timeout, a bug), at most `MESSAGE_CHARS` long whatever the request
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib.resources import files
@@ -18,6 +21,8 @@ from importlib.resources import files
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -25,11 +30,16 @@ from starlette.routing import Route
 from roberta.errors import UserError
 from roberta.hub import Roberta
 from roberta.options import ServeOptions
-from roberta.serve import endpoints
+from roberta.serve import endpoints, openapi
+from roberta.serve.auth import RequireKey
 from roberta.serve.batcher import Batcher, QueueFull
 from roberta.serve.endpoints import Refused
+from roberta.serve.metrics import Metrics
+from roberta.serve.observe import Observe
 
 MESSAGE_CHARS = 300  # an error quotes at most this much: a 1 MB body never becomes a 1 MB message
+# What a browser sends as Origin: scheme://host[:port], never a path, not even "/".
+ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -104,22 +114,63 @@ async def _on_error(request: Request, e: Exception) -> JSONResponse:
     return error(500, f"{type(e).__name__}: {e}")
 
 
-def build_app(hub: Roberta, batcher: Batcher, info: Callable[[], dict], options: ServeOptions) -> Starlette:
+def _endpoint(hub: Roberta, batcher: Batcher, options: ServeOptions, parse, respond) -> Callable:
+    """A POST endpoint: `parse` the body into the batcher's job, `respond` with its results."""
+
+    def check(body: bytes) -> endpoints.Parsed:
+        return parse(hub, json_object(body), options)
+
+    async def handle(request: Request) -> Response:
+        parsed = await run_in_threadpool(check, await read_body(request, options.max_body_bytes))
+        request.state.items, request.state.tokens = len(parsed.items), parsed.tokens  # the access log's
+        future = batcher.submit(parsed.key, parsed.items, parsed.lengths)
+        results = await wait_for(request, future, options.timeout)
+        content = await run_in_threadpool(lambda: _json_bytes(respond(results, parsed)))
+        return Response(content, media_type="application/json")
+
+    return handle
+
+
+def check_origins(origins: tuple[str, ...]) -> None:
+    """Each `--cors-origin` an origin a browser can send, or * (UserError otherwise: a trailing
+    slash or a path would silently match no page)."""
+    for origin in origins:
+        if origin != "*" and not ORIGIN.fullmatch(origin):
+            raise UserError(
+                f"--cors-origin {origin!r}: an origin is scheme://host[:port] with no path "
+                "(e.g. https://example.com), or *"
+            )
+
+
+def _middleware(options: ServeOptions, keys: tuple[bytes, ...], metrics: Metrics, served: set[str]) -> list:
+    # Outermost first: the access log and metrics see every answer, a 401 and a preflight included;
+    # CORS wraps the key check, so that a browser can read a 401 and a preflight needs no key.
+    stack = [Middleware(Observe, metrics=metrics, served=frozenset(served), log=options.access_log)]
+    if options.cors_origin:
+        stack.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(options.cors_origin),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+    if keys:
+        stack.append(Middleware(RequireKey, keys=keys))
+    return stack
+
+
+def build_app(
+    hub: Roberta,
+    batcher: Batcher,
+    info: Callable[[], dict],
+    options: ServeOptions,
+    keys: tuple[bytes, ...],
+    metrics: Metrics,
+) -> Starlette:
     """The application serving `hub` through `batcher` within `options`' limits; `info()` is what
-    GET /info answers."""
-
-    def endpoint(parse, respond):
-        def check(body: bytes) -> endpoints.Parsed:
-            return parse(hub, json_object(body), options)
-
-        async def handle(request: Request) -> Response:
-            parsed = await run_in_threadpool(check, await read_body(request, options.max_body_bytes))
-            future = batcher.submit(parsed.key, parsed.items, parsed.lengths)
-            results = await wait_for(request, future, options.timeout)
-            content = await run_in_threadpool(lambda: _json_bytes(respond(results, parsed)))
-            return Response(content, media_type="application/json")
-
-        return handle
+    GET /info answers; `keys` the SHA-256 of the accepted API keys (none: no key needed); `metrics`
+    what GET /metrics shows (the batcher reports its batches there)."""
 
     async def page(request: Request) -> HTMLResponse:
         return HTMLResponse(files("roberta.serve").joinpath("index.html").read_text(encoding="utf-8"))
@@ -129,6 +180,9 @@ def build_app(hub: Roberta, batcher: Batcher, info: Callable[[], dict], options:
 
     async def information(request: Request) -> JSONResponse:
         return JSONResponse(info())
+
+    async def description(request: Request) -> JSONResponse:
+        return JSONResponse(document)
 
     model_name = info()["model"]
     # path -> (parse the body, shape the answer from the results and the parsed request)
@@ -143,7 +197,13 @@ def build_app(hub: Roberta, batcher: Batcher, info: Callable[[], dict], options:
         ),
     }
     routes = [Route("/", page), Route("/health", health), Route("/info", information)]
-    routes += [Route(path, endpoint(*calls), methods=["POST"]) for path, calls in posts.items()]
+    routes += [Route("/metrics", metrics.page), Route("/openapi.json", description)]
+    routes += [
+        Route(path, _endpoint(hub, batcher, options, *calls), methods=["POST"])
+        for path, calls in posts.items()
+    ]
+    # The routes are the one list of paths: the document describes exactly these.
+    document = openapi.document({route.path: route.methods for route in routes}, bool(keys))
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -154,4 +214,5 @@ def build_app(hub: Roberta, batcher: Batcher, info: Callable[[], dict], options:
 
     handlers = {Exception: _on_error, HTTPException: _on_error, UserError: _on_error, Refused: _on_error}
     handlers[QueueFull] = _on_error
-    return Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    stack = _middleware(options, keys, metrics, {route.path for route in routes})
+    return Starlette(routes=routes, middleware=stack, exception_handlers=handlers, lifespan=lifespan)

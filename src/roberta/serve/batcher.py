@@ -30,6 +30,8 @@ from roberta.batching import length_batches
 
 # What the worker calls: (key, every item of the round's jobs with that key) -> one result per item.
 Run = Callable[[Hashable, list], Sequence]
+# What it reports after each `run` call that succeeded (the metrics): its items' lengths in tokens.
+OnBatch = Callable[[list[int]], None]
 
 
 class QueueFull(Exception):
@@ -74,13 +76,21 @@ class Stats:
 
 
 class Batcher:
-    def __init__(self, run: Run, max_batch_tokens: int, max_wait_s: float, max_queue: int = 4096):
+    def __init__(
+        self,
+        run: Run,
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queue: int = 4096,
+        on_batch: OnBatch = lambda lengths: None,
+    ):
         self.run, self.max_batch_tokens, self.max_wait_s, self.max_queue = (
             run,
             max_batch_tokens,
             max_wait_s,
             max_queue,
         )
+        self.on_batch = on_batch
         self.stats = Stats()
         self._jobs: deque[Job] = deque()
         self._ready = threading.Condition()
@@ -103,6 +113,10 @@ class Batcher:
             self._jobs.append(job)
             self._ready.notify()
         return job.future
+
+    def queued(self) -> int:
+        """Jobs waiting for the worker (those whose callers stopped waiting count until it drops them)."""
+        return len(self._jobs)
 
     def close(self) -> None:
         """Finish every queued job, then stop the worker (graceful shutdown)."""
@@ -180,6 +194,7 @@ class Batcher:
                 f for job in jobs for f in self._run_slice(key, [p for p in batch if p[0] is job], results)
             ]
         self.stats.calls += 1
+        self.on_batch([job.lengths[i] for job, i in batch])
         for (job, i), result in zip(batch, out):
             results[id(job)][i] = result
         return []

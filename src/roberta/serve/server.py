@@ -1,7 +1,8 @@
 """`roberta serve`: a checkpoint (or an ONNX export) behind the batcher and the HTTP application.
 
 The options are checked, then the address bound (a port in use or a host that does not resolve is
-one error line, before anything loads), then the model loaded. uvicorn runs the application on
+one error line, before anything loads), then the API keys read and the CORS origins checked,
+then the model loaded. uvicorn runs the application on
 that socket; on SIGTERM or Ctrl-C it stops accepting connections, waits for the requests in
 flight to be answered, then the application's shutdown lets the batcher finish what is queued.
 """
@@ -17,8 +18,11 @@ from roberta.errors import UserError
 from roberta.hub import Roberta, check_device, load
 from roberta.options import ServeOptions, check
 from roberta.serve import endpoints
-from roberta.serve.app import build_app
+from roberta.serve.app import build_app, check_origins
+from roberta.serve.auth import accepted_keys
 from roberta.serve.batcher import Batcher
+from roberta.serve.metrics import Metrics
+from roberta.serve.observe import log_to_stderr
 
 __all__ = ["ServeOptions", "listen", "load_hub", "make_app", "serve"]
 
@@ -139,16 +143,27 @@ def _can_fill_mask(hub: Roberta) -> bool:
 
 
 def make_app(options: ServeOptions, hub: Roberta | None = None):
-    """The application for `options` (and its batcher): a test passes a hub already loaded."""
+    """The application for `options` (and its batcher): a test passes a hub already loaded. The
+    keys and origins are checked before the model loads."""
     check(options, "serve")
+    keys = accepted_keys(options)
+    check_origins(options.cors_origin)
     hub = hub if hub is not None else load_hub(options)
     forward_passes = count_forward_passes(hub)
+    metrics = Metrics()
     batcher = Batcher(
-        lambda key, items: endpoints.run(hub, key, items), options.max_batch_tokens, options.max_wait_ms / 1e3
+        lambda key, items: endpoints.run(hub, key, items),
+        options.max_batch_tokens,
+        options.max_wait_ms / 1e3,
+        on_batch=metrics.batch,
     )
+    metrics.watch_queue(batcher.queued)
     static = describe(hub, options, batcher)
-    app = build_app(hub, batcher, lambda: {**static, "counts": counts(batcher, forward_passes)}, options)
-    return app, batcher
+
+    def info() -> dict:
+        return {**static, "counts": counts(batcher, forward_passes)}
+
+    return build_app(hub, batcher, info, options, keys, metrics), batcher
 
 
 def serve(options: ServeOptions) -> None:
@@ -160,7 +175,14 @@ def serve(options: ServeOptions) -> None:
     try:
         app, _ = make_app(options)
         port = sock.getsockname()[1]
-        print(f"roberta serve: http://{options.host}:{port}/ ({options.runtime}, batching by length)")
+        key = ", API key required" if options.api_key or options.api_key_file else ""
+        print(
+            f"roberta serve: http://{options.host}:{port}/ ({options.runtime}, batching by length{key})",
+            flush=True,  # a log collector reading a pipe sees it now, not at exit
+        )
+        if options.access_log:
+            log_to_stderr()
+        # uvicorn's own access log stays off: ours (observe.py) has the duration and leaves out the query.
         config = uvicorn.Config(app, log_level="warning", access_log=False)
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -1,0 +1,256 @@
+"""`GET /openapi.json`: an OpenAPI 3.1 document of the served paths, written out as plain dicts.
+
+The request schemas say what `endpoints.parse_*` read (and refuse with 400 otherwise); the answer
+schemas what `endpoints` answer. The document lists the application's routes, and only them: a
+route without an operation here fails the application's construction, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from importlib.metadata import version
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from roberta.model import POOLS
+from roberta.options import RUNTIMES
+from roberta.serve.auth import OPEN_PATHS
+
+
+def _object(properties: dict, required: tuple[str, ...] = (), **rest) -> dict:
+    return {
+        "type": "object",
+        "properties": properties,
+        **({"required": list(required)} if required else {}),
+        **rest,
+    }
+
+
+def _array(items: dict, **rest) -> dict:
+    return {"type": "array", "items": items, **rest}
+
+
+STRING, NUMBER, INTEGER, BOOLEAN = ({"type": t} for t in ("string", "number", "integer", "boolean"))
+TEXTS = {
+    "oneOf": [STRING, _array(STRING, minItems=1)],
+    "description": "a text, or a list of them (at most --max-items; all together at most "
+    "--max-request-tokens tokens)",
+}
+PAIR = {**TEXTS, "description": "each text's second segment: as many as `text`"}
+TRUNCATE = {**BOOLEAN, "default": False, "description": "cut a text past the model's positions (else 400)"}
+VECTORS = _array(_array(NUMBER), description="one vector per text, in order")
+
+ERROR = _object(
+    {"error": {**STRING, "description": "what was refused, in one line of at most 300 characters"}},
+    ("error",),
+)
+
+EMBED = _object(
+    {
+        "text": TEXTS,
+        "pair": PAIR,
+        "layer": {**INTEGER, "default": -1, "description": "0: the embeddings, 1..L a layer, -1 the last"},
+        "pool": {
+            **STRING,
+            "enum": list(POOLS),
+            "description": "<s>'s vector or the mean over tokens (default: a sentence encoder's own "
+            "pooling, else cls)",
+        },
+        "truncate": TRUNCATE,
+    },
+    ("text",),
+)
+
+REQUESTS = {
+    "/fill-mask": _object(
+        {
+            "text": {**TEXTS, "description": "texts holding exactly one <mask> each"},
+            "topk": {
+                **INTEGER,
+                "minimum": 1,
+                "default": 5,
+                "description": "fillings per text (--max-answers)",
+            },
+        },
+        ("text",),
+    ),
+    "/embed": EMBED,
+    "/v1/embeddings": _object(
+        {
+            "input": TEXTS,
+            "model": {**STRING, "description": "ignored: the server serves one model"},
+            "encoding_format": {**STRING, "enum": ["float"], "default": "float"},
+            **{name: EMBED["properties"][name] for name in ("pair", "layer", "pool", "truncate")},
+        },
+        ("input",),
+    ),
+    "/predict": _object(
+        {
+            "text": TEXTS,
+            "pair": PAIR,
+            "head": {**STRING, "description": "a classification head (may be left out when there is one)"},
+            "truncate": TRUNCATE,
+        },
+        ("text",),
+    ),
+    "/answer": _object(
+        {
+            "question": {**STRING, "minLength": 1},
+            "context": {**STRING, "minLength": 1, "description": "the passage to find the answer in"},
+            "topk": {**INTEGER, "minimum": 1, "default": 1},
+            "head": {**STRING, "description": "a span head (default: the only one, else squad)"},
+        },
+        ("question", "context"),
+    ),
+}
+
+PREDICTION = {
+    "oneOf": [
+        _object(
+            {"label": STRING, "probabilities": {"type": "object", "additionalProperties": NUMBER}},
+            ("label", "probabilities"),
+        ),
+        _object({"score": NUMBER}, ("score",), description="a one-output (regression) head"),
+    ]
+}
+ANSWERS = {
+    "/fill-mask": _object(
+        {
+            "fillings": _array(
+                _array(
+                    _object(
+                        {"sequence": STRING, "score": NUMBER, "token": STRING}, ("sequence", "score", "token")
+                    )
+                )
+            )
+        },
+        ("fillings",),
+    ),
+    "/embed": _object({"embeddings": VECTORS}, ("embeddings",)),
+    "/v1/embeddings": _object(
+        {
+            "object": {**STRING, "const": "list"},
+            "data": _array(
+                _object(
+                    {
+                        "object": {**STRING, "const": "embedding"},
+                        "index": INTEGER,
+                        "embedding": _array(NUMBER),
+                    },
+                    ("object", "index", "embedding"),
+                )
+            ),
+            "model": STRING,
+            "usage": _object({"prompt_tokens": INTEGER, "total_tokens": INTEGER}),
+        },
+        ("object", "data", "model", "usage"),
+    ),
+    "/predict": _object({"head": STRING, "predictions": _array(PREDICTION)}, ("head", "predictions")),
+    "/answer": _object(
+        {
+            "answers": _array(
+                _object(
+                    {"text": STRING, "score": NUMBER, "start": {**INTEGER, "description": "in context"}},
+                    ("text", "score", "start"),
+                )
+            )
+        },
+        ("answers",),
+    ),
+    "/health": _object({"status": {**STRING, "const": "ok"}}, ("status",)),
+    "/info": _object(
+        {
+            "model": STRING,
+            "runtime": {**STRING, "enum": list(RUNTIMES)},
+            "precision": {**STRING, "enum": ["fp32", "int8"]},
+            "device": STRING,
+            "shape": {"type": "object", "additionalProperties": INTEGER},
+            "fill_mask": BOOLEAN,
+            "heads": {
+                "type": "object",
+                "additionalProperties": _object({"kind": STRING, "labels": _array(STRING)}, ("kind",)),
+            },
+            "tokenizer": {"type": "object"},
+            "batching": {"type": "object"},
+            "limits": {"type": "object"},
+            "counts": {"type": "object", "additionalProperties": INTEGER},
+        }
+    ),
+    "/openapi.json": {"type": "object", "description": "this document"},
+}
+
+SUMMARIES = {
+    "/": "the page that tries the endpoints in a browser",
+    "/health": "whether the server is up",
+    "/info": "the model's shape, heads, tokenizer, precision, batching, limits and counts",
+    "/metrics": "Prometheus metrics (text exposition format)",
+    "/openapi.json": "this document",
+    "/fill-mask": "the most likely tokens for the one <mask> of each text",
+    "/embed": "one vector per text",
+    "/v1/embeddings": "one vector per text, in OpenAI's request and answer",
+    "/predict": "a classification head's label and probabilities per text",
+    "/answer": "the spans of a passage that answer a question",
+}
+
+# Besides the answer, what every POST may get: each an {"error"} object.
+REFUSALS = {
+    "400": "a malformed or invalid request (the field is named)",
+    "413": "a body, item count, token count or answer over the server's bounds (the option is named)",
+    "503": "the queue is full or the server is stopping: retry later",
+    "504": "not answered within --timeout",
+}
+TEXT_MEDIA = {"/": "text/html", "/metrics": CONTENT_TYPE_LATEST}
+
+
+def _content(media: str, schema: dict) -> dict:
+    return {"content": {media: {"schema": schema}}}
+
+
+def _refusal(description: str) -> dict:
+    return {
+        "description": description,
+        **_content("application/json", {"$ref": "#/components/schemas/Error"}),
+    }
+
+
+def _operation(path: str, method: str, keys_required: bool) -> dict:
+    name = path.strip("/").replace("/", "-").replace(".", "-") or "page"
+    answer = (
+        _content(TEXT_MEDIA[path], STRING)
+        if path in TEXT_MEDIA
+        else _content("application/json", ANSWERS[path])
+    )
+    responses = {"200": {"description": SUMMARIES[path], **answer}}
+    operation = {"operationId": f"{method}-{name}", "summary": SUMMARIES[path]}
+    if method == "post":
+        operation["requestBody"] = {"required": True, **_content("application/json", REQUESTS[path])}
+        responses |= {code: _refusal(description) for code, description in REFUSALS.items()}
+    if keys_required and path in OPEN_PATHS:
+        operation["security"] = []  # no key needed here, whatever the document's default
+    elif keys_required:
+        responses["401"] = _refusal("no key, or one the server does not accept")
+    return {**operation, "responses": responses}
+
+
+def document(routes: Mapping[str, Collection[str]], keys_required: bool) -> dict:
+    """The OpenAPI document of `routes` (path -> its HTTP methods; HEAD, which answers as GET,
+    is left out), with the bearer scheme required but on / and /health when keys are."""
+    paths = {
+        path: {m.lower(): _operation(path, m.lower(), keys_required) for m in sorted(methods) if m != "HEAD"}
+        for path, methods in routes.items()
+    }
+    components: dict = {"schemas": {"Error": ERROR}}
+    doc = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "roberta serve",
+            "version": version("roberta"),
+            "description": "A RoBERTa checkpoint's hub calls behind JSON endpoints, batched by length.",
+        },
+        "paths": paths,
+        "components": components,
+    }
+    if keys_required:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc
