@@ -1,5 +1,6 @@
 """The page at `/` in a real headless Chromium (Debian's `chromium`, driven by Playwright): it
-loads, a fill-mask query shows the test model's known top answer, and a screenshot is kept."""
+loads, a fill-mask query shows the test model's known top answer, and a screenshot is kept; a
+server that needs a key gets it from a field on the page, which says when a key is missing or wrong."""
 
 import os
 from pathlib import Path
@@ -60,5 +61,31 @@ def test_the_page_fills_a_mask_in_a_real_browser(shared_data, browser, tmp_path,
         screenshot = tmp_path / "serve-page.png"
         page.screenshot(path=str(screenshot), full_page=True)
         assert screenshot.stat().st_size > 10_000
+    finally:
+        running.stop()
+
+
+@pytest.mark.slow
+def test_the_page_asks_for_the_key_of_a_server_that_needs_one(shared_data, browser, one_thread):
+    running = Running(serving_hub(shared_data), api_key=("page-key-123",))
+    try:
+        page = browser.new_page()
+        page.goto(running.url + "/")  # the page itself needs no key
+        page.wait_for_selector("#key-form:not(.hidden)", timeout=20_000)
+        assert "needs an API key" in page.inner_text("#model")
+        page.fill("#key", "not-the-key")
+        page.click("#key-go")
+        page.wait_for_function("document.getElementById('model').textContent.includes('refused')")
+        page.fill("#key", "page-key-123")
+        page.click("#key-go")
+        page.wait_for_selector("body[data-ready=true]", timeout=20_000)
+        assert "2 layers, hidden 32" in page.inner_text("#model")
+        page.click("#mask-go")
+        page.wait_for_selector("#mask-results .row", timeout=20_000)
+        assert page.locator("#mask-results .row .token").all_inner_texts()[0].strip() == "Paris"
+        # The key stays in the tab: a reload is ready without asking again.
+        page.reload()
+        page.wait_for_selector("body[data-ready=true]", timeout=20_000)
+        assert page.evaluate("sessionStorage.getItem('roberta-serve-key')") == "page-key-123"
     finally:
         running.stop()
