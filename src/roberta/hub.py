@@ -250,8 +250,7 @@ class Roberta(nn.Module):
         self.head(head, "classification")
 
         def run(batch: torch.Tensor) -> torch.Tensor:
-            # The head reads `<s>` only: the last layer computes nothing else.
-            return self.model.classify(head, self.model(batch, select="first", unpad=True).last_hidden_state)
+            return self.model.head_outputs(head, batch)
 
         if isinstance(tokens, torch.Tensor):
             batch = self._as_batch(tokens)
@@ -345,10 +344,8 @@ class Roberta(nn.Module):
         return logits[0] if isinstance(masked_input, str) else logits
 
     def _logits_at_mask(self, batch: torch.Tensor) -> torch.Tensor:
-        # One <mask> per row, so the selected rows come out one per sequence, in order; the last
-        # layer computes nothing else.
-        hidden = self.model(batch, unpad=True, select=batch.eq(self.tokenizer.mask_id)).last_hidden_state
-        return self.model.lm_logits(hidden).float()
+        # One <mask> per row, so the rows come out one per sequence, in order.
+        return self.model.mask_logits(batch, self.tokenizer.mask_id).float()
 
     def encode_masked(self, text: str) -> torch.Tensor:
         """The ids `fill_mask` runs for a text with one `<mask>` (UserError: no or several masks,

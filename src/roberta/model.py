@@ -283,6 +283,7 @@ class RobertaModel(nn.Module):
         return_all_hiddens: bool = False,
         unpad: bool = False,
         select: Tensor | str | None = None,
+        attention_mask: Tensor | None = None,
     ) -> EncoderOutput:
         """tokens [B, T] of model ids, padded with padding_idx → hidden states [B, T, H].
 
@@ -297,13 +298,17 @@ class RobertaModel(nn.Module):
         Either way the numbers are the full padded forward's at the positions computed, to
         rounding; in training too, since dropout's masks are drawn for the full padded batch and
         read at those positions (`dropout_mask`).
+        attention_mask: [B, T], 0 at the positions no token attends to (HF's input, which an ONNX
+        export takes); without it, those are the padding_idx tokens. Position ids count the
+        non-padding ids either way, as fairseq's and HF's do, so the two agree on a right-padded batch.
         """
         if tokens.size(1) > self.config.max_seq_len:
             limit = self.config.max_seq_len
             raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {limit} positions")
-        padding = tokens.eq(self.config.padding_idx)
-        # Without padding, no mask: SDPA may then take its fastest (flash) kernel.
-        attn_mask = ~padding[:, None, None, :] if padding.any() else None
+        padding = tokens.eq(self.config.padding_idx) if attention_mask is None else attention_mask.eq(0)
+        # Without padding, no mask: SDPA may then take its fastest (flash) kernel. A mask given is
+        # always applied, so that a graph traced with it keeps it for any input.
+        attn_mask = ~padding[:, None, None, :] if attention_mask is not None or padding.any() else None
         x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
         x = self.dropout(self.embed_layer_norm(x))  # [B, T, H]
         hidden_states = [x] if return_all_hiddens else None
@@ -357,6 +362,22 @@ class RobertaModel(nn.Module):
 
     def classify(self, name: str, hidden: Tensor) -> Tensor:
         return self._require_head(name)(hidden)
+
+    # The calls on token ids that the hub makes: an ONNX export (`onnx_model.OnnxModel`) runs each
+    # as one of its task graphs, so each asks for no more than its task's outputs.
+
+    def mask_logits(self, tokens: Tensor, mask_id: int) -> Tensor:
+        """[N, V]: the vocabulary logits at each `mask_id` token of `tokens`, in the order
+        `tokens.eq(mask_id)` takes them; the last layer and the LM head compute nothing else."""
+        hidden = self(tokens, unpad=True, select=tokens.eq(mask_id)).last_hidden_state
+        return self.lm_logits(hidden)
+
+    def head_outputs(self, name: str, tokens: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """The head `name` on `tokens`: a classification head's logits [B, C] (the last layer
+        computes `<s>` alone, all it reads), a span head's start and end logits [B, T]."""
+        head = self._require_head(name)
+        select = "first" if head.kind == ClassificationHead.kind else None
+        return head(self(tokens, unpad=True, select=select).last_hidden_state)
 
     def sentence_embedding(self, tokens: Tensor, unpad: bool = False) -> Tensor:
         """[B, D]: the `embedding` head's vector of each sequence (its pooling of the last layer,

@@ -14,9 +14,15 @@ from roberta.qa.windows import SquadWindow
 
 
 def window_logits(model, name: str, hidden, tokens, pad_id: int):
-    """Start and end logits [B, T] of the span head `name` in float32, padding pushed to the
-    lowest value so that it is never a training target's rival nor a decoded span."""
-    start, end = (x.float() for x in model.classify(name, hidden))
+    """Start and end logits [B, T] of the span head `name` on `hidden` in float32, padding at
+    the lowest value (`padding_lowest`)."""
+    return padding_lowest(model.classify(name, hidden), tokens, pad_id)
+
+
+def padding_lowest(logits, tokens, pad_id: int):
+    """A span head's (start, end) logits [B, T] in float32, padding pushed to the lowest value so
+    that it is never a training target's rival nor a decoded span."""
+    start, end = (x.float() for x in logits)
     padding = tokens.eq(pad_id)
     low = torch.finfo(torch.float32).min
     return start.masked_fill(padding, low), end.masked_fill(padding, low)
@@ -42,8 +48,7 @@ def predict_windows(
     with torch.inference_mode():
         for rows in cut(np.arange(len(windows)), batch_size):
             tokens = pad([windows[w].tokens for w in rows], pad_id, width).to(device)
-            hidden = model(tokens, unpad=True).last_hidden_state
-            start, end = window_logits(model, head, hidden, tokens, pad_id)
+            start, end = padding_lowest(model.head_outputs(head, tokens), tokens, pad_id)
             starts.append(start.cpu().numpy())
             ends.append(end.cpu().numpy())
     model.train(was_training)
