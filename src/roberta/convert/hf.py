@@ -194,11 +194,20 @@ def task_heads(model: RobertaModel) -> tuple[dict[str, dict], dict | None]:
 
 
 def hf_config(model: RobertaModel, tokenizer=None) -> dict:
-    """An HF `config.json` for our model: every field HF's RobertaConfig reads, spelled out."""
+    """An HF `config.json` for our model, with its classification head if it has one."""
     heads, _ = task_heads(model)
     body_only = "RobertaModel" if checkpoint.without_lm_head(model) else "RobertaForMaskedLM"
-    config = {
-        "architectures": ["RobertaForSequenceClassification" if heads else body_only],
+    config = task_config(model, "RobertaForSequenceClassification" if heads else body_only, tokenizer)
+    for name, shape in heads.items():
+        config.update(classifier_fields(name, shape))
+    return config
+
+
+def task_config(model: RobertaModel, architecture: str, tokenizer=None) -> dict:
+    """An HF `config.json` for our model as `architecture` (RobertaModel, RobertaForMaskedLM, ...):
+    every field HF's RobertaConfig reads, spelled out."""
+    return {
+        "architectures": [architecture],
         "model_type": "roberta",
         **mapping.config_to(FIELDS, model.config),
         **FIXED,
@@ -209,17 +218,20 @@ def hf_config(model: RobertaModel, tokenizer=None) -> dict:
         "use_cache": True,
         "dtype": "float32",
     }
-    for name, shape in heads.items():
-        n = shape["num_classes"]
-        labels = shape.get("labels") or [f"LABEL_{i}" for i in range(n)]
-        config.update(
-            roberta_head_name=name,
-            num_labels=n,
-            id2label={str(i): label for i, label in enumerate(labels)},
-            label2id={label: i for i, label in enumerate(labels)},
-            problem_type="regression" if n == 1 else "single_label_classification",
-        )
-    return config
+
+
+def classifier_fields(name: str, shape: dict) -> dict:
+    """config.json's fields for the classification head `name` of `shape` (its `spec()`): its labels
+    (HF's LABEL_i where it has no names), and regression for a head of one output."""
+    n = shape["num_classes"]
+    labels = shape.get("labels") or [f"LABEL_{i}" for i in range(n)]
+    return {
+        "roberta_head_name": name,
+        "num_labels": n,
+        "id2label": {str(i): label for i, label in enumerate(labels)},
+        "label2id": {label: i for i, label in enumerate(labels)},
+        "problem_type": "regression" if n == 1 else "single_label_classification",
+    }
 
 
 def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
@@ -250,13 +262,18 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
 
 
 def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
-    """The tokenizer's own files, plus what `transformers.AutoTokenizer` needs: vocab.json +
-    merges.txt in model ids for byte-level BPE (a GPT-2 vocab.bpe is already a merges.txt) and a
-    tokenizer_config.json naming the class and the special tokens. A fairseq symbol vocabulary
-    keeps its dict.txt and adds a tokenizer.json: no transformers class reads a dict.txt."""
+    """The tokenizer's own files, plus what `transformers.AutoTokenizer` and transformers.js need:
+    vocab.json + merges.txt in model ids for byte-level BPE (a GPT-2 vocab.bpe is already a
+    merges.txt), a tokenizer.json (the only file transformers.js reads, and transformers' for a
+    fairseq symbol vocabulary: no class reads a dict.txt), a tokenizer_config.json naming the class
+    and the special tokens, and special_tokens_map.json."""
     tokenizer.save(directory)
+    if not (directory / "tokenizer.json").is_file():  # one read from a tokenizer.json keeps it
+        (directory / "tokenizer.json").write_text(tokenizer.hf_tokenizer_json(), encoding="utf-8")
     ids = {role: getattr(tokenizer, f"{role}_id") for role in ("bos", "eos", "unk", "pad", "mask")}
     names = {role: tokenizer.id_to_token(i) for role, i in ids.items()}
+    special = {**{f"{role}_token": name for role, name in names.items()}, "cls_token": names["bos"]}
+    write_json(directory / "special_tokens_map.json", {**special, "sep_token": names["eos"]})
     config = {
         "model_max_length": max_length,
         **{f"{role}_token": name for role, name in names.items()},
@@ -283,7 +300,6 @@ def write_hf_tokenizer(directory: Path, tokenizer, max_length: int) -> None:
         )
     elif tokenizer.kind == "symbols":
         config.update(tokenizer_class="PreTrainedTokenizerFast")
-        (directory / "tokenizer.json").write_text(tokenizer.hf_tokenizer_json(), encoding="utf-8")
     else:
         config.update(tokenizer_class="RobertaTokenizer", add_prefix_space=False)
         if tokenizer.kind == "gpt2":

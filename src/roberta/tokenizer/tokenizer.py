@@ -195,18 +195,32 @@ class Tokenizer:
         return list(self._merges)
 
     def hf_tokenizer_json(self) -> str:
-        """A symbol vocabulary as an HF tokenizer.json, for transformers (which reads no dict.txt):
-        the same engine, with RoBERTa's `<s> A </s></s> B </s>` layout around it."""
-        if self.kind != "symbols":
-            raise ValueError(
-                f"a {self.kind} tokenizer is written in its own files, not as a symbol tokenizer.json"
-            )
-        engine = tokenizers.Tokenizer.from_str(self._reference.to_str())
-        engine.post_processor = processors.RobertaProcessing(
-            (self._tokens[self.eos_id], self.eos_id),
-            (self._tokens[self.bos_id], self.bos_id),
-            trim_offsets=False,
+        """This tokenizer as an HF tokenizer.json in model ids, the one file transformers.js (and
+        any `tokenizers` user) reads: the same engine, the special tokens matched whole in text
+        (`<mask>` taking the space before it, as RoBERTa's does in byte-level BPE) and fairseq's
+        `<s> A </s></s> B </s>` layout around the texts."""
+        byte_level = self.kind in ("gpt2", "hf")
+        if byte_level:  # a GPT-2 engine runs in encoder.json's ids: rebuilt in the model's
+            engine = byte_level_engine(self._token_ids, list(self._merges))
+        else:
+            engine = tokenizers.Tokenizer.from_str(self._reference.to_str())
+        engine.add_special_tokens(
+            [
+                tokenizers.AddedToken(
+                    self._tokens[i], special=True, normalized=False, lstrip=byte_level and role == "mask"
+                )
+                for role, i in sorted(self._roles.items(), key=lambda item: item[1])
+            ]
         )
+        bos, eos = (self._tokens[self.bos_id], self.bos_id), (self._tokens[self.eos_id], self.eos_id)
+        if self.kind == "wordpiece":
+            engine.post_processor = processors.TemplateProcessing(
+                single=f"{bos[0]} $A {eos[0]}",
+                pair=f"{bos[0]} $A {eos[0]} {eos[0]} $B {eos[0]}",
+                special_tokens=[bos, eos],
+            )
+        else:
+            engine.post_processor = processors.RobertaProcessing(eos, bos, trim_offsets=byte_level)
         return engine.to_str()
 
     def id_to_token(self, i: int) -> str:
