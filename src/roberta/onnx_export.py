@@ -1,13 +1,25 @@
-"""`roberta export --to onnx`: the encoder and every head as ONNX graphs, checked against our logits.
+"""`roberta export --to onnx`: one directory per task in the layout HF's ONNX loaders read, every
+graph checked against our outputs.
+
+OUT/feature-extraction/ (RobertaModel: last_hidden_state), OUT/fill-mask/ (RobertaForMaskedLM:
+logits) where the checkpoint has an LM head, and OUT/<head name>/ for each task head: a
+classification or regression head (RobertaForSequenceClassification: logits), a span head
+(RobertaForQuestionAnswering: start_logits, end_logits), a sentence encoder's embedding head
+(RobertaModel: last_hidden_state, and sentence_embedding, its pooling and map, with
+sentence-transformers' modules beside). Each holds config.json, the tokenizer's files (`convert
+--to hf`'s) and onnx/model.onnx, where transformers.js's `pipeline(task, dir)` looks and Optimum's
+`ORTModelFor*.from_pretrained(dir)` and `SentenceTransformer(dir, backend="onnx")` find it. Each
+directory stands alone, as a model on the Hub does: every graph holds the encoder's weights.
 
 torch.onnx's TorchScript exporter (dynamo=False: torch's newer exporter needs onnxscript) traces
-the model on a padded batch, so the attention mask is in the graph: traced without padding, the
-model's no-padding shortcut would drop it. Batch and sequence axes are dynamic. The graphs run
-with onnxruntime on a padded batch of real text before anything is published: every hidden
-state, the masked-LM logits and each head's outputs are compared with PyTorch's, the largest
-difference printed, and above `tolerance` the export fails. `int8` adds onnxruntime's dynamic
-quantization of each graph (int8 weights, one scale per output channel, as `Roberta.quantize`),
-printing how closely it agrees with fp32 as `--int8` does; it is not held to the tolerance.
+each graph on a padded batch; batch and sequence axes are dynamic. Attention follows
+`attention_mask`, position ids count the non-`<pad>` ids (HF's and fairseq's rule), so a
+right-padded batch gives HF's numbers. The graphs run with onnxruntime on a padded batch of real
+text before anything is published: every output of every graph is compared with PyTorch's at the
+real tokens, the largest difference printed, and above `tolerance` the export fails, writing
+nothing. `int8` adds onnxruntime's dynamic quantization of each graph (onnx/model_quantized.onnx:
+int8 weights, one scale per output channel, as `Roberta.quantize`), printing how closely it agrees
+with fp32 as `--int8` does; it is not held to the tolerance.
 """
 
 from __future__ import annotations
@@ -15,43 +27,78 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from roberta.batching import pad
-from roberta.checkpoint import head_shapes, mark_without_lm_head, without_lm_head
+from roberta.checkpoint import head_shapes, without_lm_head
+from roberta.convert.hf import classifier_fields, task_config, write_hf_tokenizer
+from roberta.convert.sentence_transformers import write_modules
 from roberta.errors import UserError
 from roberta.int8 import embedding_agreement, prediction_agreement, sample_ids
 from roberta.io import atomic_directory, write_json
 from roberta.model import EmbeddingHead, RobertaModel
 from roberta.onnx_model import (
-    ENCODER,
+    FEATURES,
+    FILL_MASK,
     FORMAT,
-    LM_HEAD,
+    HEAD_TASKS,
     MANIFEST,
-    OnnxHead,
-    OnnxModel,
+    OUTPUTS,
     graph_file,
-    hidden_names,
+    graph_inputs,
+    run_graph,
     session,
 )
 from roberta.options import ExportOptions
 from roberta.validation import check_value
 
 OPSET = 17
+ARCHITECTURES = {
+    FEATURES: "RobertaModel",
+    FILL_MASK: "RobertaForMaskedLM",
+    "classification": "RobertaForSequenceClassification",
+    "span": "RobertaForQuestionAnswering",
+    "embedding": "RobertaModel",
+}
 
 
-class _Encoder(nn.Module):
-    """The model as tokens -> every hidden state: the signature the encoder graph has."""
+class TaskGraph(nn.Module):
+    """The model as one task's graph: (input_ids, attention_mask) -> that task's `OUTPUTS`."""
 
-    def __init__(self, model: RobertaModel):
+    def __init__(self, model: RobertaModel, task: str):
         super().__init__()
-        self.model = model
+        self.model, self.task = model, task
 
-    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(self.model(tokens, return_all_hiddens=True).hidden_states)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden = self.model(input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.task == FEATURES:
+            return (hidden,)
+        if self.task == FILL_MASK:
+            return self.model.lm_head(hidden), hidden
+        head = self.model.heads[self.task]
+        if head.kind == EmbeddingHead.kind:  # pooled over the tokens attended to, as HF's pipelines pool
+            return hidden, head(hidden, attention_mask)
+        out = head(hidden)
+        return out if isinstance(out, tuple) else (out,)
+
+
+def tasks(model: RobertaModel) -> dict[str, str]:
+    """{directory: what its graph runs (FEATURES, FILL_MASK or the head's kind)}: the encoder, the
+    masked LM where the model has its head, and each task head under its name."""
+    clash = {FEATURES, FILL_MASK} & set(model.heads)
+    if clash:
+        raise UserError(f"head {clash.pop()!r}: the name of a task's directory in an export; rename the head")
+    found = {FEATURES: FEATURES, **({FILL_MASK: FILL_MASK} if without_lm_head(model) is None else {})}
+    return {**found, **{name: head.kind for name, head in model.heads.items()}}
+
+
+def per_token(kind: str, output: str) -> bool:
+    """Whether `output` of a `kind` graph has a row per token ([B, T, ...]), or one per sequence."""
+    return kind != "classification" and output != "sentence_embedding"
 
 
 def sample_batch(model: RobertaModel, tokenizer) -> torch.Tensor:
@@ -59,86 +106,76 @@ def sample_batch(model: RobertaModel, tokenizer) -> torch.Tensor:
     return pad(sample_ids(tokenizer, model.config.max_seq_len), tokenizer.pad_id)
 
 
-def _export(
-    module: nn.Module, example: torch.Tensor | tuple, path: Path, names: tuple[list[str], list[str]]
-) -> None:
-    inputs, outputs = names
-    axes = {name: {0: "batch", 1: "length"} for name in inputs + outputs}
-    if inputs == ["hidden"]:  # the masked-LM head scores rows [N, H]
-        axes = {name: {0: "rows"} for name in inputs + outputs}
-    if outputs == ["embedding"]:  # a sentence encoder's vector [B, D]
-        axes["embedding"] = {0: "batch"}
+def _export(module: nn.Module, inputs: dict[str, torch.Tensor], path: Path, kind: str) -> None:
+    axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
+    axes.update(
+        {
+            name: {0: "batch", 1: "sequence"} if per_token(kind, name) else {0: "batch"}
+            for name in OUTPUTS[kind]
+        }
+    )
     with warnings.catch_warnings():
         # The TorchScript exporter warns that it is legacy and that traced Python conditions are
         # constants; the check after export compares every output.
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module.eval(),
-            example if isinstance(example, tuple) else (example,),
+            tuple(inputs.values()),
             str(path),
             dynamo=False,
-            input_names=inputs,
-            output_names=outputs,
+            input_names=list(inputs),
+            output_names=OUTPUTS[kind],
             dynamic_axes=axes,
             opset_version=OPSET,
         )
 
 
-def write_graphs(model: RobertaModel, directory: Path, tokens: torch.Tensor) -> dict[str, Path]:
-    """Every graph of `model` into `directory`: {graph name: file}."""
+def write_task(directory: Path, model: RobertaModel, tokenizer, task: str, tokens: torch.Tensor) -> Path:
+    """The task `task`'s directory: config.json, the tokenizer, sentence-transformers' modules for an
+    embedding head, and the graph, which is returned."""
+    kind = tasks(model)[task]
+    directory.mkdir()
+    config = task_config(model, ARCHITECTURES[kind], tokenizer)
+    if kind == "classification":
+        config.update(classifier_fields(task, model.heads[task].spec()))
+    write_json(directory / "config.json", config)
+    write_hf_tokenizer(directory, tokenizer, model.config.max_seq_len)
+    if kind == EmbeddingHead.kind:
+        head = model.heads[task]
+        write_modules(directory, head.pool, model.config.hidden_size, model.config.max_seq_len, head.proj)
+    graph = directory / graph_file()
+    graph.parent.mkdir()
     with torch.inference_mode(False), torch.no_grad():
-        hidden = model(tokens).last_hidden_state
-        graphs = {ENCODER: directory / graph_file(ENCODER)}
-        _export(_Encoder(model), tokens, graphs[ENCODER], (["tokens"], hidden_names(model.config)))
-        if without_lm_head(model) is None:
-            graphs[LM_HEAD] = directory / graph_file(LM_HEAD)
-            _export(
-                model.lm_head,
-                hidden[tokens.ne(model.config.padding_idx)],
-                graphs[LM_HEAD],
-                (["hidden"], ["logits"]),
-            )
-        for name, head in model.heads.items():
-            graphs[f"head.{name}"] = directory / graph_file(f"head.{name}")
-            if head.kind == EmbeddingHead.kind:  # pooling reads which tokens are real
-                real = tokens.ne(model.config.padding_idx)
-                _export(head, (hidden, real), graphs[f"head.{name}"], (["features", "real"], ["embedding"]))
-                continue
-            outputs = ["logits"] if head.kind == "classification" else ["start", "end"]
-            _export(head, hidden, graphs[f"head.{name}"], (["features"], outputs))
-    return graphs
+        _export(TaskGraph(model, task), graph_inputs(tokens, model.config.padding_idx), graph, kind)
+    return graph
 
 
-def onnx_model(model: RobertaModel, directory: Path, int8: bool = False) -> OnnxModel:
-    """The graphs written in `directory` for `model`, as an `OnnxModel` (one thread: a check)."""
-    heads = {
-        name: OnnxHead(head.spec(), session(directory / graph_file(f"head.{name}", int8), 1))
-        for name, head in model.heads.items()
-    }
-    lm = session(directory / graph_file(LM_HEAD, int8), 1) if without_lm_head(model) is None else None
-    exported = OnnxModel(model.config, session(directory / graph_file(ENCODER, int8), 1), lm, heads)
-    return mark_without_lm_head(exported, without_lm_head(model)).eval()
-
-
-def outputs(model: nn.Module, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Everything an export holds, computed by `model` (ours or the ONNX one) on `tokens`: every hidden
-    state, the masked-LM logits at the real tokens, each head's outputs (span logits at the real tokens)."""
+def outputs(
+    model: RobertaModel, tokens: torch.Tensor, run: Callable[[str], list[torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """Every output of every task's graph as `run(task)` computes it on `tokens`, by
+    "<task>.<output>", a per-token output at the real tokens only."""
     real = tokens.ne(model.config.padding_idx)
-    with torch.inference_mode():
-        hidden = model(tokens, return_all_hiddens=True).hidden_states
-        found = {f"hidden_{i}": h[real] for i, h in enumerate(hidden)}
-        if without_lm_head(model) is None:
-            found["lm_logits"] = model.lm_logits(hidden[-1], real)
-        for name, head in model.heads.items():
-            if head.kind == EmbeddingHead.kind:
-                found[f"head.{name}"] = head(hidden[-1], real)
-                continue
-            result = model.classify(name, hidden[-1])
-            if head.kind == "classification":
-                found[f"head.{name}"] = result
-            else:
-                found[f"head.{name}"] = torch.stack([r[real] for r in result])
+    found = {}
+    for task, kind in tasks(model).items():
+        for name, value in zip(OUTPUTS[kind], run(task)):
+            found[f"{task}.{name}"] = value[real] if per_token(kind, name) else value
     return found
+
+
+def ours(model: RobertaModel, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`outputs` as PyTorch computes them."""
+    inputs = graph_inputs(tokens, model.config.padding_idx)
+    with torch.inference_mode(False), torch.no_grad():
+        return outputs(model, tokens, lambda task: list(TaskGraph(model, task).eval()(**inputs)))
+
+
+def exported(model: RobertaModel, directory: Path, tokens: torch.Tensor, int8: bool = False) -> dict:
+    """`outputs` as onnxruntime computes them with the graphs in `directory` (one thread: a check)."""
+    inputs = graph_inputs(tokens, model.config.padding_idx)
+    return outputs(
+        model, tokens, lambda task: run_graph(session(directory / task / graph_file(int8), 1), inputs)
+    )
 
 
 def check(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], tolerance: float) -> str:
@@ -158,18 +195,19 @@ def check(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], tolera
 
 
 def agreement(ours: dict[str, torch.Tensor], int8: dict[str, torch.Tensor], model: RobertaModel) -> str:
-    """How close the int8 graphs come to fp32, as `--int8` says it: `<s>` cosine, top-1 agreement."""
-    last = hidden_names(model.config)[-1]
-    parts = [f"embeddings: {embedding_agreement(ours[last], int8[last])}"]
-    if "lm_logits" in ours:
-        parts.append(f"masked LM: {prediction_agreement(ours['lm_logits'], int8['lm_logits'])}")
-    for name, head in model.heads.items():
-        if head.kind == "classification":
-            parts.append(f"{name}: {prediction_agreement(ours[f'head.{name}'], int8[f'head.{name}'])}")
+    """How close the int8 graphs come to fp32, as `--int8` says it: the vectors' cosine, the top-1
+    agreement of the logits."""
+    parts = []
+    for task, kind in tasks(model).items():
+        if kind in (FEATURES, EmbeddingHead.kind):
+            output = f"{task}.{OUTPUTS[kind][-1]}"
+            parts.append(f"{task}: {embedding_agreement(ours[output], int8[output])}")
+        elif kind in (FILL_MASK, "classification"):
+            parts.append(f"{task}: {prediction_agreement(ours[f'{task}.logits'], int8[f'{task}.logits'])}")
     return "int8 vs fp32 on the sample text: " + "; ".join(parts)
 
 
-def quantize(directory: Path, graphs: dict[str, Path]) -> None:
+def quantize(graphs: list[Path]) -> None:
     """Each graph's int8 version beside it (onnxruntime's dynamic quantization, per-channel weights)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -177,10 +215,9 @@ def quantize(directory: Path, graphs: dict[str, Path]) -> None:
     # matters for convolutions, not for these MatMuls): kept off the user's terminal.
     logging.disable(logging.WARNING)
     try:
-        for name, path in graphs.items():
-            quantize_dynamic(
-                path, directory / graph_file(name, int8=True), weight_type=QuantType.QInt8, per_channel=True
-            )
+        for graph in graphs:
+            quantized = graph.with_name(Path(graph_file(int8=True)).name)
+            quantize_dynamic(graph, quantized, weight_type=QuantType.QInt8, per_channel=True)
     finally:
         logging.disable(logging.NOTSET)
 
@@ -203,10 +240,10 @@ def export_onnx(
         )
     model = model.float().eval()
     tokens = sample_batch(model, tokenizer)
-    reference = outputs(model, tokens)
+    reference = ours(model, tokens)
     with atomic_directory(out, replace_if=(MANIFEST,)) as tmp:
-        graphs = write_graphs(model, tmp, tokens)
-        line = check(reference, outputs(onnx_model(model, tmp), tokens), tolerance)
+        graphs = [write_task(tmp / task, model, tokenizer, task, tokens) for task in tasks(model)]
+        line = check(reference, exported(model, tmp, tokens), tolerance)
         print(line)
         manifest = {
             "format": FORMAT,
@@ -217,12 +254,12 @@ def export_onnx(
             "check": line,
         }
         if int8:
-            quantize(tmp, graphs)
-            manifest["int8_agreement"] = agreement(
-                reference, outputs(onnx_model(model, tmp, int8=True), tokens), model
-            )
+            quantize(graphs)
+            manifest["int8_agreement"] = agreement(reference, exported(model, tmp, tokens, int8=True), model)
             print(manifest["int8_agreement"])
-        tokenizer.save(tmp)
         write_json(tmp / MANIFEST, manifest)
-    print(f"{out}: {', '.join(sorted(p.name for p in Path(out).glob('*.onnx')))}")
+    named = [
+        f"{task} ({HEAD_TASKS[kind]})" if kind in HEAD_TASKS else task for task, kind in tasks(model).items()
+    ]
+    print(f"{out}: {', '.join(named)}")
     return Path(out)

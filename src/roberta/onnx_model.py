@@ -1,10 +1,16 @@
-"""An ONNX export (`roberta export --to onnx`) run by onnxruntime behind `RobertaModel`'s calls, so
-the hub's code (fill_mask, embed, predict, answer) and the server's batcher run it unchanged.
+"""An ONNX export (`roberta export --to onnx`) run by onnxruntime behind `RobertaModel`'s calls on
+token ids, so the hub's code (fill_mask, embed, predict, answer) and the server's batcher run it
+unchanged.
 
-The export's directory holds encoder.onnx (token ids [B, T] -> every layer's hidden states), one
-graph per head on those states (lm_head.onnx, head.<name>.onnx), onnx.json (the model's config,
-heads and the check made at export) and the tokenizer. The ONNX encoder computes every position
-of the padded batch: `unpad` and `select` are honoured by what is returned, not by skipping work.
+The export holds one directory per task in the layout HF's ONNX loaders read (Optimum's
+ORTModelFor*, transformers.js, sentence-transformers' ONNX backend): config.json, the tokenizer's
+files and onnx/model.onnx (and onnx/model_quantized.onnx with --int8), a graph of `input_ids` and
+`attention_mask` [B, T]. onnx.json beside them holds our config and heads. Each call runs its
+task's graph: `forward` the feature-extraction one (the last layer only: no graph gives every
+layer's states), `head_outputs` the head's, `sentence_embedding` the embedding head's
+`sentence_embedding` output. `mask_logits` runs the fill-mask graph's LM head alone, cut out of it
+at load, on the `<mask>` rows of the feature-extraction states: onnxruntime computes every output
+of a graph it runs, and the whole fill-mask graph scores every position against the vocabulary.
 """
 
 from __future__ import annotations
@@ -23,34 +29,67 @@ from roberta.model import EMBEDDING_HEAD, EncoderOutput, require_head
 from roberta.tokenizer import Tokenizer, load_tokenizer
 
 MANIFEST = "onnx.json"
-FORMAT = "roberta-onnx-1"
-ENCODER, LM_HEAD = "encoder", "lm_head"
+FORMAT = "roberta-onnx-2"
+OLD_FORMATS = ("roberta-onnx-1",)
+FEATURES, FILL_MASK = "feature-extraction", "fill-mask"  # the directories of the encoder and the LM
+# The outputs of each task's graph, by what it runs: the encoder, the LM head or a head's kind. The
+# fill-mask graph gives its hidden states too: where its LM head starts (`lm_head_session`).
+OUTPUTS = {
+    FEATURES: ["last_hidden_state"],
+    FILL_MASK: ["logits", "last_hidden_state"],
+    "classification": ["logits"],
+    "span": ["start_logits", "end_logits"],
+    "embedding": ["last_hidden_state", "sentence_embedding"],
+}
+# The pipeline task (transformers.js, Optimum) of each kind of head's directory.
+HEAD_TASKS = {"classification": "text-classification", "span": "question-answering", "embedding": FEATURES}
 
 
-def graph_file(name: str, int8: bool = False) -> str:
-    """The file of graph `name` ("encoder", "lm_head", "head.<name>") in an export."""
-    return f"{name}.int8.onnx" if int8 else f"{name}.onnx"
+def graph_file(int8: bool = False) -> str:
+    """A task directory's graph, where transformers.js looks for it (Optimum finds it there too)."""
+    return "onnx/model_quantized.onnx" if int8 else "onnx/model.onnx"
 
 
-def hidden_names(config: RobertaConfig) -> list[str]:
-    """The encoder's outputs: the embeddings' output, then each layer's."""
-    return [f"hidden_{i}" for i in range(config.num_layers + 1)]
-
-
-def session(path: Path, threads: int):
-    """An onnxruntime CPU session of the graph at `path`, on `threads` threads (UserError: the
-    graph is missing or onnxruntime cannot read it, as in a damaged or half-copied export)."""
+def session(graph: Path | bytes, threads: int, source: Path | None = None):
+    """An onnxruntime CPU session of the graph at `graph` (or of its bytes, read from `source`), on
+    `threads` threads (UserError: the graph is missing or onnxruntime cannot read it, as in a
+    damaged or half-copied export)."""
     import onnxruntime as ort
 
-    if not path.is_file():
-        raise UserError(f"{path}: missing: the export is incomplete (export it again)")
+    source = source or graph
+    if isinstance(graph, Path) and not graph.is_file():
+        raise UserError(f"{graph}: missing: the export is incomplete (export it again)")
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        graph = str(graph) if isinstance(graph, Path) else graph
+        return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for damaged graphs
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"{path}: not a readable ONNX graph ({reason})") from None
+        raise UserError(f"{source}: not a readable ONNX graph ({_first_line(e)})") from None
+
+
+def lm_head_session(path: Path, threads: int):
+    """The fill-mask graph at `path` from its `last_hidden_state` to its `logits`: the LM head alone,
+    as a session of its own (the weights stay in the one file, shared with the graph)."""
+    import onnx
+    from onnx.utils import Extractor
+
+    if not path.is_file():
+        raise UserError(f"{path}: missing: the export is incomplete (export it again)")
+    try:
+        part = Extractor(onnx.load(str(path))).extract_model(["last_hidden_state"], ["logits"])
+    except Exception as e:  # noqa: BLE001 - onnx raises protobuf's and its own errors
+        raise UserError(f"{path}: not a readable ONNX graph ({_first_line(e)})") from None
+    return session(part.SerializeToString(), threads, path)
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def graph_inputs(tokens: torch.Tensor, padding_idx: int) -> dict[str, torch.Tensor]:
+    """HF's inputs for padded ids: every token but `<pad>` attended to."""
+    return {"input_ids": tokens, "attention_mask": tokens.ne(padding_idx).long()}
 
 
 def run_graph(graph, inputs: dict[str, torch.Tensor], outputs: list[str] | None = None) -> list[torch.Tensor]:
@@ -61,8 +100,7 @@ def run_graph(graph, inputs: dict[str, torch.Tensor], outputs: list[str] | None 
 
 
 class OnnxHead(nn.Module):
-    """A task head's graph: features [B, T, H] -> logits [B, C], start and end logits [B, T], or (with
-    the real tokens [B, T]) a sentence vector [B, D]."""
+    """A task head as the hub sees it (kind, labels, pooling) and its task's graph."""
 
     def __init__(self, spec: dict, graph):
         super().__init__()
@@ -80,24 +118,25 @@ class OnnxHead(nn.Module):
     def pool(self) -> str | None:
         return self._spec.get("pool")  # a sentence encoder's pooling
 
-    def forward(self, features: torch.Tensor, real: torch.Tensor | None = None):
-        inputs = {"features": features} if real is None else {"features": features, "real": real}
-        outputs = run_graph(self.graph, inputs)
-        return outputs[0] if self.kind in ("classification", "embedding") else tuple(outputs)
-
 
 class OnnxModel(nn.Module):
-    """`RobertaModel`'s inference calls (forward, lm_logits, classify, heads) on onnxruntime sessions."""
+    """`RobertaModel`'s inference calls (forward, mask_logits, head_outputs, sentence_embedding, heads)
+    on onnxruntime sessions."""
 
-    def __init__(self, config: RobertaConfig, encoder, lm_head, heads: dict[str, OnnxHead]):
+    def __init__(self, config: RobertaConfig, features, lm_head, heads: dict[str, OnnxHead]):
         super().__init__()
-        self.config, self.encoder, self.lm_head = config, encoder, lm_head
+        self.config, self.features, self.lm_head = config, features, lm_head
         self.heads = nn.ModuleDict(heads)
-        self.outputs = hidden_names(config)
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
+
+    def _inputs(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        if tokens.size(1) > self.config.max_seq_len:
+            limit = self.config.max_seq_len
+            raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {limit} positions")
+        return graph_inputs(tokens, self.config.padding_idx)
 
     def forward(
         self,
@@ -106,28 +145,32 @@ class OnnxModel(nn.Module):
         unpad: bool = False,
         select: torch.Tensor | str | None = None,
     ) -> EncoderOutput:
-        if tokens.size(1) > self.config.max_seq_len:
-            limit = self.config.max_seq_len
-            raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {limit} positions")
-        wanted = self.outputs if return_all_hiddens else self.outputs[-1:]
-        hidden = run_graph(self.encoder, {"tokens": tokens}, wanted)
+        """The last layer's states, as `RobertaModel.forward` returns them (every position is
+        computed: `unpad` and `select` are honoured by what is returned, not by skipping work)."""
+        if return_all_hiddens:
+            raise UserError(
+                "an ONNX export gives the last layer's hidden states only (HF's feature-extraction "
+                "graph): for another layer's, run the checkpoint"
+            )
+        hidden = run_graph(self.features, self._inputs(tokens))[0]
         if isinstance(select, str):
-            hidden[-1] = hidden[-1][:, :1]
+            hidden = hidden[:, :1]
         elif select is not None:
-            hidden[-1] = hidden[-1][select]
-        return EncoderOutput(hidden[-1], hidden if return_all_hiddens else None)
+            hidden = hidden[select]
+        return EncoderOutput(hidden, None)
 
-    def lm_logits(self, hidden: torch.Tensor, selected: torch.Tensor | None = None) -> torch.Tensor:
-        if selected is not None:
-            hidden = hidden[selected]
-        return run_graph(self.lm_head, {"hidden": hidden})[0]
+    def mask_logits(self, tokens: torch.Tensor, mask_id: int) -> torch.Tensor:
+        hidden = self(tokens, select=tokens.eq(mask_id)).last_hidden_state
+        return run_graph(self.lm_head, {"last_hidden_state": hidden[None]})[0][0]
 
-    def classify(self, name: str, hidden: torch.Tensor):
-        return require_head(self.heads, name)(hidden)
+    def head_outputs(self, name: str, tokens: torch.Tensor):
+        head = require_head(self.heads, name)
+        outputs = run_graph(head.graph, self._inputs(tokens), OUTPUTS[head.kind])
+        return outputs[0] if head.kind == "classification" else tuple(outputs)
 
     def sentence_embedding(self, tokens: torch.Tensor, unpad: bool = False) -> torch.Tensor:
         head = require_head(self.heads, EMBEDDING_HEAD)
-        return head(self(tokens).last_hidden_state, tokens.ne(self.config.padding_idx))
+        return run_graph(head.graph, self._inputs(tokens), ["sentence_embedding"])[0]
 
     def _require_head(self, name: str) -> nn.Module:
         return require_head(self.heads, name)
@@ -143,14 +186,20 @@ def read_manifest(directory: Path) -> dict:
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found in OLD_FORMATS:
+        raise UserError(
+            f"{directory}: an ONNX export in the old layout ({found}); the layout moved to one HF-style "
+            "directory per task: export the checkpoint again (roberta export CKPT --to onnx OUT)"
+        )
+    if found != FORMAT:
         raise UserError(f"{path}: not an export of this version ({FORMAT})")
     for field, kind in (("config", dict), ("heads", dict), ("lm_head", bool)):
         if not isinstance(manifest.get(field), kind):
             got = "missing" if field not in manifest else f"a {type(manifest[field]).__name__}"
             raise UserError(f"{path}: field {field!r} must be a JSON {_JSON[kind]}, not {got}")
     for name, spec in manifest["heads"].items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+        if not isinstance(spec, dict) or spec.get("kind") not in HEAD_TASKS:
             raise UserError(f"{path}: field 'heads.{name}' must be an object with a 'kind'")
     return manifest
 
@@ -166,11 +215,12 @@ def load_onnx(directory: str | Path, int8: bool = False, threads: int = 1) -> tu
     if int8 and not manifest.get("int8"):
         raise UserError(f"{directory}: holds no int8 graphs (export with --int8)")
     config = RobertaConfig.from_dict(manifest["config"], str(directory / MANIFEST))
-
-    def graph(name: str):
-        return session(directory / graph_file(name, int8), threads)
-
-    heads = {name: OnnxHead(spec, graph(f"head.{name}")) for name, spec in manifest["heads"].items()}
-    model = OnnxModel(config, graph(ENCODER), graph(LM_HEAD) if manifest["lm_head"] else None, heads)
+    graph = graph_file(int8)
+    heads = {
+        name: OnnxHead(spec, session(directory / name / graph, threads))
+        for name, spec in manifest["heads"].items()
+    }
+    lm_head = lm_head_session(directory / FILL_MASK / graph, threads) if manifest["lm_head"] else None
+    model = OnnxModel(config, session(directory / FEATURES / graph, threads), lm_head, heads)
     mark_without_lm_head(model, None if manifest["lm_head"] else str(directory))
-    return model.eval(), load_tokenizer(directory)
+    return model.eval(), load_tokenizer(directory / FEATURES)

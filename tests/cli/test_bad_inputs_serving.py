@@ -194,18 +194,28 @@ CASES = [
     ),
     Case(
         "serve/onnx-no-encoder",
-        "encoder.onnx: missing: the export is incomplete",
-        argv=serve_damaged(lambda e: (e / "encoder.onnx").unlink()),
+        "feature-extraction/onnx/model.onnx: missing: the export is incomplete",
+        argv=serve_damaged(lambda e: (e / "feature-extraction/onnx/model.onnx").unlink()),
     ),
     Case(
         "serve/onnx-truncated-encoder",
-        "encoder.onnx: not a readable ONNX graph",
-        argv=serve_damaged(truncate("encoder.onnx")),
+        "feature-extraction/onnx/model.onnx: not a readable ONNX graph",
+        argv=serve_damaged(truncate("feature-extraction/onnx/model.onnx")),
     ),
     Case(
         "serve/onnx-truncated-head",
-        "head.sentiment.onnx: not a readable ONNX graph",
-        argv=serve_damaged(truncate("head.sentiment.onnx")),
+        "sentiment/onnx/model.onnx: not a readable ONNX graph",
+        argv=serve_damaged(truncate("sentiment/onnx/model.onnx")),
+    ),
+    Case(
+        "serve/onnx-truncated-lm",
+        "fill-mask/onnx/model.onnx: not a readable ONNX graph",
+        argv=serve_damaged(truncate("fill-mask/onnx/model.onnx")),
+    ),
+    Case(
+        "serve/onnx-old-layout",
+        "an ONNX export in the old layout (roberta-onnx-1); the layout moved",
+        argv=serve_damaged(edit_manifest(lambda m: m.__setitem__("format", "roberta-onnx-1"))),
     ),
     Case(
         "serve/onnx-no-config",
@@ -224,8 +234,13 @@ CASES = [
     ),
     Case(
         "serve/onnx-no-tokenizer",
-        "export: no tokenizer files",
-        argv=serve_damaged(lambda e: [(e / name).unlink() for name in ("vocab.json", "merges.txt")]),
+        "export/feature-extraction: no tokenizer files",
+        argv=serve_damaged(
+            lambda e: [
+                (e / "feature-extraction" / name).unlink()
+                for name in ("vocab.json", "merges.txt", "tokenizer.json")
+            ]
+        ),
     ),
     Case(
         "export/tolerance-nan",

@@ -47,14 +47,17 @@ def _serve(p: argparse.ArgumentParser) -> Handler:
 
 
 def _export(p: argparse.ArgumentParser) -> Handler:
-    """export a checkpoint to ONNX (encoder and every head), checked against our logits
+    """export a checkpoint to ONNX for HF's loaders (a directory per task), checked against our outputs
 
-    Writes OUT/ with encoder.onnx (dynamic batch and sequence axes; every layer's hidden states),
-    lm_head.onnx, one graph per task head, onnx.json and the tokenizer, then runs them with
-    onnxruntime on a padded batch of real text and prints the largest difference from our PyTorch
-    outputs; above --tolerance it fails and OUT is not written. --int8 adds onnxruntime's dynamic
-    int8 quantization of each graph (*.int8.onnx), printing its agreement with fp32.
-    `roberta serve OUT --runtime onnx` serves it.
+    Writes OUT/feature-extraction/, OUT/fill-mask/ (with an LM head) and OUT/<head>/ per task head
+    (text-classification, question-answering, a sentence encoder's embedding), each with config.json,
+    the tokenizer and onnx/model.onnx (inputs input_ids and attention_mask, dynamic batch and
+    sequence axes), and OUT/onnx.json. Every graph runs with onnxruntime on a padded batch of real
+    text and the largest difference from our PyTorch outputs is printed; above --tolerance it fails
+    and OUT is not written. --int8 adds onnxruntime's dynamic int8 quantization of each graph
+    (onnx/model_quantized.onnx), printing its agreement with fp32. Optimum's ORTModelFor*,
+    transformers.js's pipeline() and SentenceTransformer(dir, backend="onnx") load the directories
+    (docs/onnx.md); `roberta serve OUT --runtime onnx` serves them.
     """
     add_options(p, ExportOptions)
 
