@@ -7,15 +7,25 @@ TORCH := torch==2.13.0
 # checkpoints with a symbol dict.txt. Its wheel requires fairseq and torch<2.5, neither of which the
 # tests import, so it is installed without dependencies (as an extra, pip would replace torch).
 SAPIENS := sapiens==1.0.5
+# tests/test_onnx_interop.py loads ONNX exports in the HF ecosystem's libraries. optimum-onnx (Optimum's
+# ORTModelFor*) pins transformers<4.58, older than ours, so it and sentence-transformers' ONNX backend
+# live in a venv of their own, run as a subprocess; transformers.js is npm's, in tests/interop/js.
+OPTIMUM_VENV := .venv-optimum
+OPTIMUM := 'optimum-onnx[onnxruntime]==0.1.0' sentence-transformers==5.7.0
 
 .PHONY: demo test test-fast lint install clean bench bench-full gpu-check
 
-$(BIN)/.installed: pyproject.toml
+# npm ci: transformers.js as package-lock.json pins it. onnxruntime-node ships its CPU binaries; its
+# install script would fetch CUDA ones from NuGet (ONNXRUNTIME_NODE_INSTALL=skip).
+$(BIN)/.installed: pyproject.toml tests/interop/js/package-lock.json
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/pip install --quiet --no-deps $(SAPIENS)
+	python3 -m venv $(OPTIMUM_VENV)
+	$(OPTIMUM_VENV)/bin/pip install --quiet $(TORCH) $(OPTIMUM)
+	cd tests/interop/js && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 install: $(BIN)/.installed
@@ -55,4 +65,4 @@ gpu-check: $(BIN)/.bench-installed
 	$(BIN)/python benchmarks/gpu_check.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(OPTIMUM_VENV) tests/interop/js/node_modules build src/*.egg-info .pytest_cache
