@@ -15,25 +15,34 @@ OPTIMUM := 'optimum-onnx[onnxruntime]==0.1.0' sentence-transformers==5.7.0
 
 .PHONY: demo test test-fast lint install clean bench bench-full gpu-check
 
-# npm ci: transformers.js as package-lock.json pins it. onnxruntime-node ships its CPU binaries; its
-# install script would fetch CUDA ones from NuGet (ONNXRUNTIME_NODE_INSTALL=skip).
-$(BIN)/.installed: pyproject.toml tests/interop/js/package-lock.json
+$(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/pip install --quiet --no-deps $(SAPIENS)
+	touch $@
+
+# The interop peers, for the tests only (the demo needs neither). npm ci: transformers.js as
+# package-lock.json pins it. onnxruntime-node ships its CPU binaries; its install script would fetch
+# CUDA ones from NuGet (ONNXRUNTIME_NODE_INSTALL=skip).
+$(OPTIMUM_VENV)/.installed: Makefile
 	python3 -m venv $(OPTIMUM_VENV)
 	$(OPTIMUM_VENV)/bin/pip install --quiet $(TORCH) $(OPTIMUM)
+	touch $@
+
+tests/interop/js/node_modules/.installed: tests/interop/js/package-lock.json
 	cd tests/interop/js && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-install: $(BIN)/.installed
+INTEROP := $(OPTIMUM_VENV)/.installed tests/interop/js/node_modules/.installed
+
+install: $(BIN)/.installed $(INTEROP)
 
 demo: $(BIN)/.installed
 	$(BIN)/roberta demo
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed $(INTEROP)
 	$(BIN)/python -m pytest -q
 
 # The formatter's layout and the linter's rules ([tool.ruff] in pyproject.toml); CI runs it first.
@@ -42,7 +51,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests benchmarks
 
 # The suite without the end-to-end runs (`slow`): a minute or two, for the edit-test loop.
-test-fast: $(BIN)/.installed
+test-fast: $(BIN)/.installed $(INTEROP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # `make bench` (<= 15 minutes on a quiet 2-core CPU) and `make bench-full` rewrite the table at the
