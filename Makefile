@@ -42,8 +42,11 @@ install: $(BIN)/.installed $(INTEROP)
 demo: $(BIN)/.installed
 	$(BIN)/roberta demo
 
+# Two workers, a file each at a time (a file's module fixtures stay in one process), one thread each
+# (tests/conftest.py): most tests wait on a subprocess starting or a server answering, so two
+# halve the wall time on two cores where one worker left a core idle.
 test: $(BIN)/.installed $(INTEROP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The formatter's layout and the linter's rules ([tool.ruff] in pyproject.toml); CI runs it first.
 lint: $(BIN)/.installed

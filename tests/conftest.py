@@ -5,8 +5,13 @@ import os
 import random
 from pathlib import Path
 
-import pytest
-import torch
+# Under `make test`'s two workers (pytest-xdist), each worker and every process it starts computes on
+# one thread: two processes of two threads on two cores spin at each other's barriers.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
