@@ -16,7 +16,7 @@ from roberta import Roberta, UserError, cli
 from roberta.checkpoint import save
 from roberta.convert import export_hf
 from roberta.onnx_export import export_onnx, exported, ours, sample_batch
-from roberta.onnx_model import graph_inputs, load_onnx, run_graph, session
+from roberta.onnx_model import PADDING_SLACK, graph_inputs, length_groups, load_onnx, run_graph, session
 from serve_fixtures import Running, call, serving_hub
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,6 +171,28 @@ def test_the_export_is_served_as_the_checkpoint_is(hub, exported_dir):
     )
     with pytest.raises(UserError, match="last layer's hidden states only .* run the checkpoint"):
         onnx_hub.embed(ids, layer=1)
+
+
+def test_a_batch_of_mixed_lengths_runs_in_groups_of_like_length_with_the_checkpoints_outputs(
+    hub, exported_dir
+):
+    """onnxruntime computes every padded position, so a batch runs in groups of rows of like length;
+    put back in order, the outputs are the checkpoint's."""
+    out, _ = exported_dir
+    onnx_hub = Roberta(*load_onnx(out)).eval()
+    texts = [" ".join(["word"] * n) + "." for n in (1, 40, 3, 17, 2, 60, 5, 33, 4)]
+    ids = hub.encode_batch(texts)
+    lengths = [len(row) for row in ids]
+    groups = length_groups(lengths)
+    assert sorted(row for group in groups for row in group) == list(range(len(texts))) and len(groups) > 2
+    for group in groups:
+        longest, real = max(lengths[row] for row in group), sum(lengths[row] for row in group)
+        assert len(group) == 1 or len(group) * longest <= (1 + PADDING_SLACK) * real
+    for pool in ("cls", "mean"):
+        assert onnx_hub.embed(ids, pool=pool) == pytest.approx(hub.embed(ids, pool=pool), abs=1e-4)
+    assert onnx_hub.predict("topic", ids) == pytest.approx(hub.predict("topic", ids), abs=1e-4)
+    features = onnx_hub.extract_features(ids)
+    assert all(f == pytest.approx(e, abs=1e-4) for f, e in zip(features, hub.extract_features(ids)))
 
 
 def test_a_sentence_encoders_head_is_exported_and_gives_its_vectors(hub, tmp_path):

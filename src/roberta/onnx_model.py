@@ -50,10 +50,11 @@ def graph_file(int8: bool = False) -> str:
     return "onnx/model_quantized.onnx" if int8 else "onnx/model.onnx"
 
 
-def session(graph: Path | bytes, threads: int, source: Path | None = None):
+def session(graph: Path | bytes, threads: int, source: Path | None = None, spin: bool = True):
     """An onnxruntime CPU session of the graph at `graph` (or of its bytes, read from `source`), on
-    `threads` threads (UserError: the graph is missing or onnxruntime cannot read it, as in a
-    damaged or half-copied export)."""
+    `threads` threads, which spin-wait for work between operators unless `spin` is false
+    (UserError: the graph is missing or onnxruntime cannot read it, as in a damaged or half-copied
+    export)."""
     import onnxruntime as ort
 
     source = source or graph
@@ -61,6 +62,7 @@ def session(graph: Path | bytes, threads: int, source: Path | None = None):
         raise UserError(f"{graph}: missing: the export is incomplete (export it again)")
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     try:
         graph = str(graph) if isinstance(graph, Path) else graph
         return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
@@ -68,7 +70,7 @@ def session(graph: Path | bytes, threads: int, source: Path | None = None):
         raise UserError(f"{source}: not a readable ONNX graph ({_first_line(e)})") from None
 
 
-def lm_head_session(path: Path, threads: int):
+def lm_head_session(path: Path, threads: int, spin: bool = True):
     """The fill-mask graph at `path` from its `last_hidden_state` to its `logits`: the LM head alone,
     as a session of its own (the weights stay in the one file, shared with the graph)."""
     import onnx
@@ -80,7 +82,7 @@ def lm_head_session(path: Path, threads: int):
         part = Extractor(onnx.load(str(path))).extract_model(["last_hidden_state"], ["logits"])
     except Exception as e:  # noqa: BLE001 - onnx raises protobuf's and its own errors
         raise UserError(f"{path}: not a readable ONNX graph ({_first_line(e)})") from None
-    return session(part.SerializeToString(), threads, path)
+    return session(part.SerializeToString(), threads, path, spin)
 
 
 def _first_line(error: Exception) -> str:
@@ -90,6 +92,54 @@ def _first_line(error: Exception) -> str:
 def graph_inputs(tokens: torch.Tensor, padding_idx: int) -> dict[str, torch.Tensor]:
     """HF's inputs for padded ids: every token but `<pad>` attended to."""
     return {"input_ids": tokens, "attention_mask": tokens.ne(padding_idx).long()}
+
+
+# A graph's outputs with a value per position [B, T, ...] (the others have one per sequence).
+PER_POSITION = {"last_hidden_state", "start_logits", "end_logits"}
+# onnxruntime computes every padded position, where torch's path drops them: a batch is run in
+# groups of rows of like length, each padding at most this fraction over its real tokens.
+PADDING_SLACK = 0.25
+
+
+def length_groups(lengths: list[int]) -> list[list[int]]:
+    """Row indices, by length, in groups whose padded tokens (rows x longest) are at most
+    1 + PADDING_SLACK times their real ones."""
+    groups: list[list[int]] = []
+    real = 0
+    for row in sorted(range(len(lengths)), key=lengths.__getitem__):
+        # Sorted, the row joining a group is its longest.
+        if groups and (len(groups[-1]) + 1) * lengths[row] <= (1 + PADDING_SLACK) * (real + lengths[row]):
+            groups[-1].append(row)
+            real += lengths[row]
+        else:
+            groups.append([row])
+            real = lengths[row]
+    return groups
+
+
+def run_grouped(graph, tokens: torch.Tensor, padding_idx: int, outputs: list[str]) -> list[torch.Tensor]:
+    """`outputs` of `graph` on padded `tokens` [B, T], run by `length_groups` (each group cut to its
+    longest row) and put back in the rows' order; positions past a row's length are 0."""
+    lengths = tokens.ne(padding_idx).sum(1).tolist()
+    found: list[torch.Tensor] = []
+    for rows in length_groups(lengths):
+        index = torch.tensor(rows)
+        part = tokens[index, : max(lengths[row] for row in rows)]
+        for k, (name, value) in enumerate(
+            zip(outputs, run_graph(graph, graph_inputs(part, padding_idx), outputs))
+        ):
+            if len(found) == k:  # the first group: the whole batch's outputs, zeros
+                size = (
+                    (*tokens.shape, *value.shape[2:])
+                    if name in PER_POSITION
+                    else (len(tokens), *value.shape[1:])
+                )
+                found.append(value.new_zeros(size))
+            if name in PER_POSITION:
+                found[k][index, : value.size(1)] = value
+            else:
+                found[k][index] = value
+    return found
 
 
 def run_graph(graph, inputs: dict[str, torch.Tensor], outputs: list[str] | None = None) -> list[torch.Tensor]:
@@ -132,11 +182,11 @@ class OnnxModel(nn.Module):
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def _inputs(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _run(self, graph, tokens: torch.Tensor, outputs: list[str]) -> list[torch.Tensor]:
         if tokens.size(1) > self.config.max_seq_len:
             limit = self.config.max_seq_len
             raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {limit} positions")
-        return graph_inputs(tokens, self.config.padding_idx)
+        return run_grouped(graph, tokens, self.config.padding_idx, outputs)
 
     def forward(
         self,
@@ -152,7 +202,7 @@ class OnnxModel(nn.Module):
                 "an ONNX export gives the last layer's hidden states only (HF's feature-extraction "
                 "graph): for another layer's, run the checkpoint"
             )
-        hidden = run_graph(self.features, self._inputs(tokens))[0]
+        hidden = self._run(self.features, tokens, ["last_hidden_state"])[0]
         if isinstance(select, str):
             hidden = hidden[:, :1]
         elif select is not None:
@@ -165,12 +215,12 @@ class OnnxModel(nn.Module):
 
     def head_outputs(self, name: str, tokens: torch.Tensor):
         head = require_head(self.heads, name)
-        outputs = run_graph(head.graph, self._inputs(tokens), OUTPUTS[head.kind])
+        outputs = self._run(head.graph, tokens, OUTPUTS[head.kind])
         return outputs[0] if head.kind == "classification" else tuple(outputs)
 
     def sentence_embedding(self, tokens: torch.Tensor, unpad: bool = False) -> torch.Tensor:
         head = require_head(self.heads, EMBEDDING_HEAD)
-        return run_graph(head.graph, self._inputs(tokens), ["sentence_embedding"])[0]
+        return self._run(head.graph, tokens, ["sentence_embedding"])[0]
 
     def _require_head(self, name: str) -> nn.Module:
         return require_head(self.heads, name)
@@ -207,9 +257,11 @@ def read_manifest(directory: Path) -> dict:
 _JSON = {dict: "object", bool: "true or false"}
 
 
-def load_onnx(directory: str | Path, int8: bool = False, threads: int = 1) -> tuple[OnnxModel, Tokenizer]:
+def load_onnx(
+    directory: str | Path, int8: bool = False, threads: int = 1, spin: bool = True
+) -> tuple[OnnxModel, Tokenizer]:
     """An export's graphs as an `OnnxModel` in eval mode, and its tokenizer; `int8` takes the int8
-    graphs (an export made with --int8)."""
+    graphs (an export made with --int8); `threads` and `spin` are each session's (`session`)."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     if int8 and not manifest.get("int8"):
@@ -217,10 +269,10 @@ def load_onnx(directory: str | Path, int8: bool = False, threads: int = 1) -> tu
     config = RobertaConfig.from_dict(manifest["config"], str(directory / MANIFEST))
     graph = graph_file(int8)
     heads = {
-        name: OnnxHead(spec, session(directory / name / graph, threads))
+        name: OnnxHead(spec, session(directory / name / graph, threads, spin=spin))
         for name, spec in manifest["heads"].items()
     }
-    lm_head = lm_head_session(directory / FILL_MASK / graph, threads) if manifest["lm_head"] else None
-    model = OnnxModel(config, session(directory / FEATURES / graph, threads), lm_head, heads)
+    lm_head = lm_head_session(directory / FILL_MASK / graph, threads, spin) if manifest["lm_head"] else None
+    model = OnnxModel(config, session(directory / FEATURES / graph, threads, spin=spin), lm_head, heads)
     mark_without_lm_head(model, None if manifest["lm_head"] else str(directory))
     return model.eval(), load_tokenizer(directory / FEATURES)
