@@ -55,9 +55,10 @@ def load_hub(options: ServeOptions) -> Roberta:
 
         if options.device != "cpu":
             raise UserError("--runtime onnx runs on the CPU (onnxruntime's CPU provider); drop --device")
-        hub = Roberta(
-            *load_onnx(options.checkpoint, int8=options.int8, threads=torch.get_num_threads())
-        ).eval()
+        # Threads that do not spin between operators: a server's request threads (JSON, tokenizing)
+        # need the cores meanwhile (benchmarks/results/2026-11-27-onnx-under-load.md).
+        threads = torch.get_num_threads()
+        hub = Roberta(*load_onnx(options.checkpoint, int8=options.int8, threads=threads, spin=False)).eval()
     else:
         device = check_device(options.device)
         if options.int8:
