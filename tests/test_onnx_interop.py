@@ -14,7 +14,7 @@ import torch
 from roberta import Roberta
 from roberta.batching import pad
 from roberta.convert.hf import write_hf_tokenizer
-from roberta.onnx_model import load_onnx
+from roberta.onnx_model import graph_file, graph_inputs, load_onnx, run_graph, session
 from roberta.wordpiece import train_wordpiece
 from serve_fixtures import serving_hub
 from test_onnx_export import FILL, embedding_export
@@ -94,7 +94,6 @@ def test_optimum_and_sentence_transformers_load_each_task_and_give_our_outputs(e
     ]
     jobs = [{"texts": TEXTS, **job} for job in jobs]
     results = optimum(out, jobs)
-    int8 = load_onnx(out, int8=True)[0]
     for job, found in zip(jobs, results):
         if job["class"] == "SentenceTransformer":
             assert close(found["sentence_embedding"], hub.embed(hub.encode_batch(job["texts"]))), job
@@ -113,9 +112,14 @@ def test_optimum_and_sentence_transformers_load_each_task_and_give_our_outputs(e
                 start, end = model.head_outputs(job["dir"], ids)
                 assert close(torch.tensor(found["start_logits"])[real], start[real]), job
                 assert close(torch.tensor(found["end_logits"])[real], end[real]), job
-            else:  # the int8 graph gives what our int8 serving gives
-                runs = int8 if "options" in job else model
-                assert close(found["logits"], runs.head_outputs(job["dir"], ids)), job
+            elif "options" in job:
+                # The int8 graph as onnxruntime runs it here on the same batch: dynamic quantization
+                # scales each activation by its batch's range, so only the same batch compares.
+                graph = session(out / job["dir"] / graph_file(int8=True), 1)
+                int8 = run_graph(graph, graph_inputs(ids, hub.tokenizer.pad_id), ["logits"])[0]
+                assert close(found["logits"], int8), job
+            else:
+                assert close(found["logits"], model.head_outputs(job["dir"], ids)), job
 
 
 def test_transformers_js_pipelines_give_our_fillings_vectors_and_labels(export):

@@ -10,6 +10,9 @@ Routes, all 2 x 128 (the CPU recipe's shape and its 8k BPE):
   + cosent      `finetune embed --pairs STS-B/train.tsv --score-column score` (supervised), from + simcse
   distilled     `distill embed --teacher all-MiniLM-L6-v2` on the distillation sentences, from a random
                 init (nothing but the tokenizer) and from the pretrained model
+  teacher pairs GLUE sentence pairs other than STS-B's (PAIR_SOURCES, labels unused) scored by the
+                teacher's cosine, then `finetune embed --pairs` on them (CoSENT: their order) from the
+                pretrained model; `--cosent-init teacher-pairs` then adds STS-B train's gold scores
 
     .venv/bin/python benchmarks/experiments/sentence_embeddings.py --work /work/exp
 """
@@ -33,6 +36,12 @@ from harness import DEFAULT_DATA, machine, versions  # noqa: E402
 
 ROBERTA = str(Path(sys.executable).with_name("roberta"))
 SST2_ROWS = 10_000
+# Sentence pairs the teacher scores for the "teacher pairs" route: task -> (file, the two columns).
+PAIR_SOURCES = {
+    "MRPC": ("train.tsv", ("#1 String", "#2 String")),
+    "RTE": ("train.tsv", ("sentence1", "sentence2")),
+    "QNLI": ("dev.tsv", ("question", "sentence")),
+}
 OUT = ROOT / "benchmarks" / "results" / f"{datetime.date.today()}-sentence-embeddings.md"
 
 
@@ -115,6 +124,41 @@ def distillation_sentences(data: Path, out: Path, corpus_lines: int) -> int:
     return len(seen)
 
 
+def teacher_scored_pairs(work: Path, data: Path, out: Path) -> float:
+    """Minutes to write `out` (JSONL: sentence1, sentence2, score): PAIR_SOURCES' pairs, each scored
+    by the teacher's cosine; recorded in WORK/timings.json as "teacher-pairs-scoring"."""
+    timings_file = work / "timings.json"
+    timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+    if out.exists() and "teacher-pairs-scoring" in timings:
+        return timings["teacher-pairs-scoring"]["minutes"]
+    from sentence_transformers import SentenceTransformer
+
+    started = time.monotonic()
+    pairs = []
+    for task, (name, columns) in PAIR_SOURCES.items():
+        header, *rows = (data / "glue" / task / name).read_text(encoding="utf-8-sig").splitlines()
+        fields = header.split("\t")
+        for row in rows:
+            values = row.split("\t")
+            first, second = (values[fields.index(c)].strip() for c in columns)
+            if first and second:
+                pairs.append((first, second))
+    teacher = SentenceTransformer(str(teacher_dir()), device="cpu", local_files_only=True)
+    a, b = (
+        teacher.encode([pair[k] for pair in pairs], batch_size=64, normalize_embeddings=True) for k in (0, 1)
+    )
+    scores = (a * b).sum(1)
+    with out.open("w") as f:
+        for (first, second), score in zip(pairs, scores):
+            f.write(json.dumps({"sentence1": first, "sentence2": second, "score": float(score)}) + "\n")
+    timings["teacher-pairs-scoring"] = {
+        "minutes": (time.monotonic() - started) / 60,
+        "command": f"all-MiniLM-L6-v2's cosine of {len(pairs)} pairs ({', '.join(PAIR_SOURCES)})",
+    }
+    timings_file.write_text(json.dumps(timings, indent=2))
+    return timings["teacher-pairs-scoring"]["minutes"]
+
+
 def random_student(work: Path, tokenizer: Path, out: Path) -> None:
     """The recipe's shape and initialisation, untrained, with its tokenizer: the student made from nothing."""
     if out.exists():
@@ -185,6 +229,7 @@ def main() -> None:
             "distill-random",
             "distill-pretrained",
         ],
+        help="what to run (also: teacher-pairs)",
     )
     args = parser.parse_args()
     work, data = args.work, args.data
@@ -252,6 +297,17 @@ def main() -> None:
             minutes,
             (pretrain_minutes or 0) + minutes,
         )
+    if pretrained is not None and "teacher-pairs" in args.steps:
+        scored = work / "teacher-pairs.jsonl"
+        scoring = teacher_scored_pairs(work, data, scored)
+        run = work / "runs" / "teacher-pairs"
+        argv = ["finetune", "embed", "--init", str(pretrained), "--pairs", str(scored)]
+        argv += ["--score-column", "score", "--dev", str(dev), "--out", str(run), "--optim.lr=5e-4"]
+        argv += ["--train.epochs=3", "--train.batch_size=32"]
+        minutes = timed(work, "teacher-pairs", argv, run / "best")
+        route = f"CoSENT on {', '.join(PAIR_SOURCES)} pairs scored by all-MiniLM-L6-v2, 3 epochs"
+        total = (pretrain_minutes or 0) + scoring + minutes
+        record("+ teacher-scored pairs", route, run / "best", scoring + minutes, total)
     for lr, epochs in args.cosent:
         prefix = "" if args.cosent_init == "simcse" else f"{args.cosent_init}-"
         cosent = work / "runs" / f"{prefix}cosent-lr{lr:g}-e{epochs}"
@@ -273,8 +329,12 @@ def main() -> None:
         before = spent.get(args.cosent_init, {}).get("minutes", 0)
         if "distill" in args.cosent_init:
             before += spent.get("teacher", {}).get("minutes", 0)  # its run reused the cached vectors
+        if args.cosent_init == "teacher-pairs":
+            before += spent.get("teacher-pairs-scoring", {}).get("minutes", 0)
         route = f"supervised, STS-B train: CoSENT, LR {lr:g}, {epochs} epochs"
-        first = "+ SimCSE" if args.cosent_init == "simcse" else "+ distilled"
+        first = {"simcse": "+ SimCSE", "teacher-pairs": "+ teacher-scored pairs"}.get(
+            args.cosent_init, "+ distilled"
+        )
         total = (pretrain_minutes or 0) + before + minutes
         record(f"{first} + CoSENT (LR {lr:g}, {epochs} epochs)", route, cosent / "best", minutes, total)
     for name, student in (("distill-random", work / "random-init"), ("distill-pretrained", pretrained)):
