@@ -17,6 +17,7 @@ from roberta.checkpoint import save
 from roberta.convert import export_hf
 from roberta.onnx_export import export_onnx, exported, ours, sample_batch
 from roberta.onnx_model import PADDING_SLACK, graph_inputs, length_groups, load_onnx, run_graph, session
+from roberta.serve.server import ServeOptions, load_hub
 from serve_fixtures import Running, call, serving_hub
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -144,7 +145,7 @@ def test_an_export_in_the_old_layout_is_refused_in_one_line(tmp_path):
 
 def test_the_export_is_served_as_the_checkpoint_is(hub, exported_dir):
     out, _ = exported_dir
-    onnx_hub = Roberta(*load_onnx(out)).eval()
+    onnx_hub = load_hub(ServeOptions(str(out), runtime="onnx"))  # as `roberta serve` loads it
     running = Running(onnx_hub, runtime="onnx")
     try:
         status, answer = call(running.url + "/fill-mask", {"text": FILL, "topk": 3})

@@ -50,6 +50,7 @@ from roberta.onnx_model import (
     OUTPUTS,
     graph_file,
     graph_inputs,
+    per_token,
     run_graph,
     session,
 )
@@ -94,11 +95,6 @@ def tasks(model: RobertaModel) -> dict[str, str]:
         raise UserError(f"head {clash.pop()!r}: the name of a task's directory in an export; rename the head")
     found = {FEATURES: FEATURES, **({FILL_MASK: FILL_MASK} if without_lm_head(model) is None else {})}
     return {**found, **{name: head.kind for name, head in model.heads.items()}}
-
-
-def per_token(kind: str, output: str) -> bool:
-    """Whether `output` of a `kind` graph has a row per token ([B, T, ...]), or one per sequence."""
-    return kind != "classification" and output != "sentence_embedding"
 
 
 def sample_batch(model: RobertaModel, tokenizer) -> torch.Tensor:

@@ -94,8 +94,11 @@ def graph_inputs(tokens: torch.Tensor, padding_idx: int) -> dict[str, torch.Tens
     return {"input_ids": tokens, "attention_mask": tokens.ne(padding_idx).long()}
 
 
-# A graph's outputs with a value per position [B, T, ...] (the others have one per sequence).
-PER_POSITION = {"last_hidden_state", "start_logits", "end_logits"}
+def per_token(kind: str, output: str) -> bool:
+    """Whether `output` of a `kind` graph has a row per token ([B, T, ...]), or one per sequence."""
+    return kind != "classification" and output != "sentence_embedding"
+
+
 # onnxruntime computes every padded position, where torch's path drops them: a batch is run in
 # groups of rows of like length, each padding at most this fraction over its real tokens.
 PADDING_SLACK = 0.25
@@ -117,9 +120,11 @@ def length_groups(lengths: list[int]) -> list[list[int]]:
     return groups
 
 
-def run_grouped(graph, tokens: torch.Tensor, padding_idx: int, outputs: list[str]) -> list[torch.Tensor]:
-    """`outputs` of `graph` on padded `tokens` [B, T], run by `length_groups` (each group cut to its
-    longest row) and put back in the rows' order; positions past a row's length are 0."""
+def run_grouped(
+    graph, kind: str, tokens: torch.Tensor, padding_idx: int, outputs: list[str]
+) -> list[torch.Tensor]:
+    """`outputs` of the `kind` graph `graph` on padded `tokens` [B, T], run by `length_groups` (each
+    group cut to its longest row) and put back in the rows' order; positions past a row's length are 0."""
     lengths = tokens.ne(padding_idx).sum(1).tolist()
     found: list[torch.Tensor] = []
     for rows in length_groups(lengths):
@@ -131,11 +136,11 @@ def run_grouped(graph, tokens: torch.Tensor, padding_idx: int, outputs: list[str
             if len(found) == k:  # the first group: the whole batch's outputs, zeros
                 size = (
                     (*tokens.shape, *value.shape[2:])
-                    if name in PER_POSITION
+                    if per_token(kind, name)
                     else (len(tokens), *value.shape[1:])
                 )
                 found.append(value.new_zeros(size))
-            if name in PER_POSITION:
+            if per_token(kind, name):
                 found[k][index, : value.size(1)] = value
             else:
                 found[k][index] = value
@@ -182,11 +187,11 @@ class OnnxModel(nn.Module):
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def _run(self, graph, tokens: torch.Tensor, outputs: list[str]) -> list[torch.Tensor]:
+    def _run(self, graph, kind: str, tokens: torch.Tensor, outputs: list[str]) -> list[torch.Tensor]:
         if tokens.size(1) > self.config.max_seq_len:
             limit = self.config.max_seq_len
             raise UserError(f"sequence of {tokens.size(1)} tokens exceeds the model's {limit} positions")
-        return run_grouped(graph, tokens, self.config.padding_idx, outputs)
+        return run_grouped(graph, kind, tokens, self.config.padding_idx, outputs)
 
     def forward(
         self,
@@ -202,7 +207,7 @@ class OnnxModel(nn.Module):
                 "an ONNX export gives the last layer's hidden states only (HF's feature-extraction "
                 "graph): for another layer's, run the checkpoint"
             )
-        hidden = self._run(self.features, tokens, ["last_hidden_state"])[0]
+        hidden = self._run(self.features, FEATURES, tokens, ["last_hidden_state"])[0]
         if isinstance(select, str):
             hidden = hidden[:, :1]
         elif select is not None:
@@ -215,12 +220,12 @@ class OnnxModel(nn.Module):
 
     def head_outputs(self, name: str, tokens: torch.Tensor):
         head = require_head(self.heads, name)
-        outputs = self._run(head.graph, tokens, OUTPUTS[head.kind])
+        outputs = self._run(head.graph, head.kind, tokens, OUTPUTS[head.kind])
         return outputs[0] if head.kind == "classification" else tuple(outputs)
 
     def sentence_embedding(self, tokens: torch.Tensor, unpad: bool = False) -> torch.Tensor:
         head = require_head(self.heads, EMBEDDING_HEAD)
-        return self._run(head.graph, tokens, ["sentence_embedding"])[0]
+        return self._run(head.graph, head.kind, tokens, ["sentence_embedding"])[0]
 
     def _require_head(self, name: str) -> nn.Module:
         return require_head(self.heads, name)
