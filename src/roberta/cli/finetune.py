@@ -374,13 +374,21 @@ def _distill_embed(p: argparse.ArgumentParser) -> Handler:
 
     Trains --student (any checkpoint, any tokenizer) to give --teacher's vector for each sentence of
     --text (squared distance), through a linear map where their widths differ, both stored in the
-    student's `embedding` head. The teacher (a sentence-transformers model directory, read offline)
-    encodes the sentences once, cached at RUN/teacher-vectors.npy. --dev's pairs pick RUN/best/ by
-    Spearman, as in `finetune embed`.
+    student's `embedding` head. --new-student 2x128 makes the student instead: the teacher's
+    vocabulary, each token's embedding the teacher's vector of that token cut to the width by PCA.
+    The teacher (a sentence-transformers model directory, read offline) encodes the sentences once,
+    cached at RUN/teacher-vectors.npy. --dev's pairs pick RUN/best/ by Spearman, as in `finetune embed`.
     """
     _embed_data_options(p)
     p.add_argument("--teacher", required=True, metavar="DIR", help="a sentence-transformers model directory")
-    p.add_argument("--student", required=True, help="checkpoint to start the student from (any shape)")
+    student = p.add_mutually_exclusive_group(required=True)
+    student.add_argument("--student", help="checkpoint to start the student from (any shape, any tokenizer)")
+    student.add_argument(
+        "--new-student",
+        metavar="LAYERSxWIDTH",
+        help="make the student from the teacher, e.g. 2x128: its vocabulary, its token vectors as the "
+        "embeddings, a head per 64 of width, FFN 4x (the recommended start)",
+    )
     _run_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -392,12 +400,16 @@ def _distill_embed(p: argparse.ArgumentParser) -> Handler:
             EMBED_EPOCHS,
             plan_embedding_distillation,
         )
+        from roberta.tasks.embed_student import NewStudent, StudentShape
         from roberta.tasks.finetune import Start
 
-        plan = partial(plan_embedding_distillation, _embed_data(args), args.teacher, args.pool)
-        _run_finetune(
-            args, plan, DISTILL_EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, EMBED_DEFAULTS, start=Start(args.student)
+        start = (
+            Start(args.student)
+            if args.new_student is None
+            else NewStudent(args.teacher, StudentShape.parse(args.new_student))
         )
+        plan = partial(plan_embedding_distillation, _embed_data(args), args.teacher, args.pool)
+        _run_finetune(args, plan, DISTILL_EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, EMBED_DEFAULTS, start=start)
 
     return run
 

@@ -11,6 +11,8 @@ such a directory is read: it is an extra (`pip install 'roberta[embed]'`), never
 from __future__ import annotations
 
 import hashlib
+import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,29 @@ from roberta.io import write_json
 
 MODULES = "modules.json"
 IDENTITY = "torch.nn.modules.linear.Identity"  # a Dense module's activation, where it has none
+# Texts our reading of a teacher's tokenizer must split as the library does: case, accents,
+# punctuation, digits, a long word, a non-Latin script.
+TOKENIZER_CHECK = (
+    "The Naïve CAFÉ's menu: 3.14 pounds, 42% off!",
+    "unbelievably well-organised multi-lingual tokenisation",
+    "Größe, Ærø, Zürich; 東京 and Москва",
+)
+
+
+@contextmanager
+def quiet_transformers():
+    """transformers without its warnings and progress bars (loading weights) for the block."""
+    from transformers.utils import logging
+
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
@@ -55,7 +80,8 @@ class SentenceEncoder:
                 "pip install 'roberta[embed]' (sentence-transformers)"
             ) from None
         try:
-            model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+            with quiet_transformers():  # a refusal after the load stays one line
+                model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
         except Exception as e:  # the library's errors are many and unlike each other: one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"{path}: sentence-transformers cannot load it: {first[:200]}") from None
@@ -76,6 +102,34 @@ class SentenceEncoder:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     digest.update(block)
         return digest.hexdigest()
+
+    @property
+    def max_length(self) -> int:
+        """The longest input, in tokens, the model reads (its max_seq_length)."""
+        return int(self.model.max_seq_length)
+
+    def tokenizer(self):
+        """Its transformer's tokenizer read as ours (a roberta Tokenizer), refused in one line where
+        roberta reads none of its files, or reads them to other ids than the library does."""
+        from roberta.tokenizer import load_tokenizer
+
+        # The library has loaded the model, so modules.json is a list of modules, the transformer first.
+        directory = self.path / json.loads((self.path / MODULES).read_text())[0].get("path", "")
+        try:
+            ours = load_tokenizer(directory)
+        except UserError as e:
+            raise UserError(
+                f"{self.path}: roberta cannot read the teacher's tokenizer ({e}); give --student, a "
+                "checkpoint with a tokenizer of its own"
+            ) from None
+        theirs = self.model.tokenizer(list(TOKENIZER_CHECK), add_special_tokens=False)["input_ids"]
+        for text, want, got in zip(TOKENIZER_CHECK, theirs, ours.tokenize_ids_batch(list(TOKENIZER_CHECK))):
+            if list(want) != list(got):
+                raise UserError(
+                    f"{directory}: roberta reads the teacher's tokenizer to other ids than the library "
+                    f"({text!r}); give --student, a checkpoint with a tokenizer of its own"
+                )
+        return ours
 
     def encode(self, sentences: list[str], progress: bool = True, batch_size: int = 64) -> np.ndarray:
         """The model's vectors, [N, dim] float32, in the order given."""

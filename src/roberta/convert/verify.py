@@ -53,14 +53,12 @@ def transformers_outputs(
     """The same outputs as `model_outputs`, computed by HF transformers from an exported directory
     (by its bare `AutoModel` where the export holds no LM head)."""
     import transformers
-    from transformers.utils import logging
+
+    from roberta.convert.sentence_transformers import quiet_transformers
 
     mask = tokens.ne(padding_idx).long()
     # Loading a classifier checkpoint as a masked LM warns about the unused head: expected here.
-    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
+    with quiet_transformers():
         body = transformers.AutoModelForMaskedLM if lm_head else transformers.AutoModel
         out = (
             body.from_pretrained(directory)
@@ -78,10 +76,6 @@ def transformers_outputs(
                 transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
             )
             outputs[f"heads.{name}"] = classifier(input_ids=tokens, attention_mask=mask).logits
-    finally:
-        logging.set_verbosity(verbosity)
-        if bars:
-            logging.enable_progress_bar()
     return outputs
 
 

@@ -82,17 +82,62 @@ def read_hf(vocab_json: Path, merges_txt: Path) -> VocabularyFiles:
     return VocabularyFiles(sorted(vocab, key=vocab.__getitem__), roles, vocab, files, merges)
 
 
-def read_roberta_tokenizer_json(path: Path) -> VocabularyFiles:
-    """The tokenizer.json that transformers 5.x saves alone: RoBERTa's byte-level BPE only, ids as
-    its model.vocab (and added_tokens) give them."""
+def read_saved_tokenizer_json(path: Path) -> tuple[str, VocabularyFiles]:
+    """A tokenizer.json saved alone: ("hf", RoBERTa's byte-level BPE) or ("wordpiece", BERT's WordPiece)."""
     raw = read_bytes(path)
     obj, vocab = read_tokenizer_json(path, raw)
+    if obj["model"].get("type") == "WordPiece":
+        return "wordpiece", read_wordpiece_tokenizer_json(path, obj, vocab)
+    return "hf", read_roberta_tokenizer_json(path, raw, obj, vocab)
+
+
+def read_roberta_tokenizer_json(path: Path, raw: bytes, obj: dict, vocab: dict[str, int]) -> VocabularyFiles:
+    """The tokenizer.json that transformers 5.x saves alone (`raw`, read as `obj` and `vocab` by
+    `read_tokenizer_json`) for RoBERTa: byte-level BPE, ids as its model.vocab (and added_tokens)
+    give them."""
     _require_roberta_bpe(path, obj)
     merges = tokenizer_json_merges(path, obj["model"], vocab)
     roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS)
     return VocabularyFiles(
         sorted(vocab, key=vocab.__getitem__), roles, vocab, {"tokenizer.json": raw}, merges
     )
+
+
+def read_wordpiece_tokenizer_json(path: Path, obj: dict, vocab: dict[str, int]) -> VocabularyFiles:
+    """A BERT WordPiece tokenizer.json (what transformers 5.x and sentence-transformers save alone for
+    a BERT model): its vocabulary, case and accents from its BertNormalizer, kept as the vocab.txt and
+    tokenizer_config.json they amount to, so the model saves, exports and reloads as any WordPiece
+    model. Only BERT's normalizer, pre-tokenizer and '##' pieces are read: any other would give
+    other ids than the engine built here."""
+    model, normalizer, pre = obj["model"], obj.get("normalizer") or {}, obj.get("pre_tokenizer") or {}
+    expected = {
+        "normalizer.type": (normalizer.get("type"), "BertNormalizer"),
+        "normalizer.clean_text": (normalizer.get("clean_text"), True),
+        "normalizer.handle_chinese_chars": (normalizer.get("handle_chinese_chars"), True),
+        "pre_tokenizer.type": (pre.get("type"), "BertPreTokenizer"),
+        "model.continuing_subword_prefix": (model.get("continuing_subword_prefix"), "##"),
+        "model.max_input_chars_per_word": (model.get("max_input_chars_per_word"), 100),
+    }
+    for name, (found, want) in expected.items():
+        if found != want:
+            raise UserError(
+                f"{path}: {name} is {json.dumps(found)}, not {json.dumps(want)}; "
+                "only BERT's WordPiece is read"
+            )
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    broken = next((t for t in tokens if not t.strip() or "\n" in t or "\r" in t), None)
+    if broken is not None:
+        raise UserError(f"{path}: model.vocab holds the token {broken!r}, which no vocab.txt line can")
+    lowercase = normalizer.get("lowercase") is True
+    strip = lowercase if normalizer.get("strip_accents") is None else normalizer["strip_accents"] is True
+    roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS)
+    files = {
+        "vocab.txt": "".join(t + "\n" for t in tokens).encode("utf-8"),
+        "tokenizer_config.json": (
+            json.dumps({"do_lower_case": lowercase, "strip_accents": strip}) + "\n"
+        ).encode(),
+    }
+    return VocabularyFiles(tokens, roles, vocab, files, lowercase=lowercase, strip_accents=strip)
 
 
 def read_symbol_dict(path: Path) -> VocabularyFiles:

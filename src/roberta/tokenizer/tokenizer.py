@@ -32,10 +32,14 @@ from roberta.tokenizer.readers import (
     VocabularyFiles,
     read_gpt2,
     read_hf,
-    read_roberta_tokenizer_json,
+    read_saved_tokenizer_json,
     read_symbol_dict,
     read_wordpiece,
 )
+
+
+def _wordpiece_engine(read: VocabularyFiles) -> tokenizers.Tokenizer:
+    return wordpiece_engine(read.vocab, read.tokens[read.roles["unk"]], read.lowercase, read.strip_accents)
 
 
 def _role_id(role: str) -> property:
@@ -108,10 +112,12 @@ class Tokenizer:
 
     @classmethod
     def from_tokenizer_json(cls, tokenizer_json: str | Path) -> Tokenizer:
-        """The tokenizer.json that transformers 5.x saves alone (no vocab.json / merges.txt): RoBERTa's
-        byte-level BPE only, ids as its model.vocab (and added_tokens) give them."""
-        read = read_roberta_tokenizer_json(Path(tokenizer_json))
-        return cls._on_engine("hf", read, byte_level_engine(read.vocab, read.merges))
+        """The tokenizer.json that transformers 5.x saves alone: RoBERTa's byte-level BPE or BERT's
+        WordPiece, ids as its model.vocab (and added_tokens) give them."""
+        kind, read = read_saved_tokenizer_json(Path(tokenizer_json))
+        wordpiece = kind == "wordpiece"
+        engine = _wordpiece_engine(read) if wordpiece else byte_level_engine(read.vocab, read.merges)
+        return cls._on_engine(kind, read, engine)
 
     @classmethod
     def from_fairseq_dict(cls, dict_txt: str | Path) -> Tokenizer:
@@ -138,10 +144,7 @@ class Tokenizer:
         file contradicts is refused, since the vocabulary was built for the file's choice.
         `strip_accents=None` follows `lowercase`, as in BERT."""
         read = read_wordpiece(Path(vocab_txt), lowercase, strip_accents)
-        unk = read.tokens[read.roles["unk"]]
-        return cls._on_engine(
-            "wordpiece", read, wordpiece_engine(read.vocab, unk, read.lowercase, read.strip_accents)
-        )
+        return cls._on_engine("wordpiece", read, _wordpiece_engine(read))
 
     @classmethod
     def _on_engine(
