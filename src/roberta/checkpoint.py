@@ -54,7 +54,8 @@ def require_lm_head(model: RobertaModel, what: str) -> None:
     source = without_lm_head(model)
     if source is not None:
         raise UserError(
-            f"{source}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); "
+            f"{source}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint, a student "
+            "made by distill embed --new-student); "
             f"{what} needs a checkpoint with one"
         )
 

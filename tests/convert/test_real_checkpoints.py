@@ -325,8 +325,8 @@ def test_checkpoint_without_lm_head_is_never_given_a_random_one(tmp_path, capsys
     assert cli.main(["fill-mask", str(src), "AC<mask>D"]) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"roberta: error: {src}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint); "
-        "fill-mask needs a checkpoint with one\n"
+        f"roberta: error: {src}: holds no masked-LM head (an HF RobertaModel or classifier checkpoint, "
+        "a student made by distill embed --new-student); fill-mask needs a checkpoint with one\n"
     )
     # Ours keeps the mark (and no LM head tensors); features still work.
     assert cli.main(["convert", str(src), str(tmp_path / "ours")]) == 0

@@ -43,9 +43,7 @@ def teacher(data, tmp_path_factory) -> Path:
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(data["sentences"].read_text().splitlines() + MIXED, vocab_size=300)
     wordpiece.save_model(str(bert))
-    transformers.BertTokenizerFast(vocab=str(bert / "vocab.txt"), do_lower_case=True).save_pretrained(
-        bert
-    )
+    transformers.BertTokenizerFast(vocab=str(bert / "vocab.txt"), do_lower_case=True).save_pretrained(bert)
     config = transformers.BertConfig(
         vocab_size=wordpiece.get_vocab_size(),
         hidden_size=TEACHER_WIDTH,
@@ -57,6 +55,7 @@ def teacher(data, tmp_path_factory) -> Path:
     torch.manual_seed(0)
     transformers.BertModel(config).save_pretrained(bert)
     from sentence_transformers import models as modules
+
     encoder = sentence_transformers.SentenceTransformer(
         modules=[modules.Transformer(str(bert), max_seq_length=60), modules.Pooling(TEACHER_WIDTH, "mean")],
         device="cpu",
@@ -134,6 +133,8 @@ def test_new_student_run_resumes_bit_identically_and_exports_what_it_embeds(data
     assert job["objective"] == "distillation" and job["init"].startswith("a new 2x16 student of")
 
     student = load(whole / "best")
+    assert "lm_head.dense.weight" not in a  # never trained, so never saved: fill-mask refuses it
+    assert main(["fill-mask", str(whole / "best"), "a [MASK] dog"]) == 2
     assert student.model.heads[EMBEDDING_HEAD].spec() == {"kind": "embedding", "pool": "mean", "dim": 32}
     vectors = student.embed(student.encode_batch(MIXED))
     teacher_tokenizer = SentenceEncoder.load(teacher).model.tokenizer

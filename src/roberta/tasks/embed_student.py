@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from roberta.checkpoint import mark_without_lm_head
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.model import RobertaModel
@@ -142,4 +143,5 @@ class NewStudent:
             self._tokens = teacher_tokens(teacher, self.progress)
         tokenizer, vectors, max_length = self._tokens
         model = new_student(tokenizer, vectors, max_length, self.shape, job.train.seed)
-        return with_model_section(model, job.model, self.source), tokenizer
+        # Its masked-LM head is never trained: fill-mask refuses it, exports leave it out.
+        return mark_without_lm_head(with_model_section(model, job.model, self.source), self.source), tokenizer
