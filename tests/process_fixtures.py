@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 
 def roberta_process(args: list[str], fault: str | None = None, resume: bool = False) -> subprocess.Popen:
@@ -15,3 +18,17 @@ def roberta_process(args: list[str], fault: str | None = None, resume: bool = Fa
         env["ROBERTA_FAULT"] = fault
     command = [sys.executable, "-m", "roberta.cli", *args, *(["--resume"] if resume else [])]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_killed_and_resumed(argv: Callable[[Path], list[str]], whole: Path, killed: Path, fault: str) -> None:
+    """`roberta ARGV(whole)` to its end and, beside it, `roberta ARGV(killed)` SIGKILLed at `fault`,
+    then resumed to its end: each must end as said (the caller compares the two runs)."""
+    procs = [roberta_process(argv(whole)), roberta_process(argv(killed), fault=fault)]
+    (rc_whole, log_whole), (rc_killed, log_killed) = [
+        (p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]
+    ]
+    assert rc_whole == 0, log_whole
+    assert rc_killed == -signal.SIGKILL, log_killed
+    resumed = roberta_process(argv(killed), resume=True)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out + err

@@ -6,7 +6,6 @@ sentence-transformers), and the STS figures are scipy's."""
 import dataclasses
 import json
 import math
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from process_fixtures import roberta_process
+from process_fixtures import run_killed_and_resumed
 from roberta import checkpoint
 from roberta.cli import main
 from roberta.hub import load
@@ -76,15 +75,7 @@ def test_simcse_run_keeps_its_pooling_and_a_killed_run_resumes_bit_identically(d
         return ["finetune", "embed", "--text", str(data["sentences"]), "--pool", "cls", *common, *SIMCSE_JOB]
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    procs = [roberta_process(args(whole)), roberta_process(args(killed), fault="step-9:micro-batch-0")]
-    (rc_whole, log_whole), (rc_killed, _) = [
-        (p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]
-    ]
-    assert rc_whole == 0, log_whole
-    assert rc_killed == -signal.SIGKILL
-    resumed = roberta_process(args(killed), resume=True)
-    out, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out + err
+    run_killed_and_resumed(args, whole, killed, "step-9:micro-batch-0")
 
     def figures(run: Path) -> list[dict]:
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -7,7 +7,6 @@ pooling), so the whole vocabulary runs through it in a second."""
 import dataclasses
 import json
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from process_fixtures import roberta_process
+from process_fixtures import run_killed_and_resumed
 from roberta.cli import main
 from roberta.convert.sentence_transformers import SentenceEncoder
 from roberta.hub import load
@@ -117,15 +116,7 @@ def test_new_student_run_resumes_bit_identically_and_exports_what_it_embeds(data
         ]  # fmt: skip
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    procs = [roberta_process(args(whole)), roberta_process(args(killed), fault="step-9:micro-batch-0")]
-    (rc_whole, log_whole), (rc_killed, _) = [
-        (p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]
-    ]
-    assert rc_whole == 0, log_whole
-    assert rc_killed == -signal.SIGKILL
-    resumed = roberta_process(args(killed), resume=True)
-    out, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out + err
+    run_killed_and_resumed(args, whole, killed, "step-9:micro-batch-0")
     final = "checkpoints/step-00000018/model.safetensors"
     a, b = load_file(str(whole / final)), load_file(str(killed / final))
     assert all(a[k].equal(b[k]) for k in a)

@@ -3,8 +3,6 @@ matches HF transformers step for step, it starts from every checkpoint format, a
 is one line with nothing left behind."""
 
 import json
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from data_fixtures import glue_slice, save_micro_checkpoint
-from process_fixtures import roberta_process
+from process_fixtures import run_killed_and_resumed
 from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.cli import main
 
@@ -39,24 +37,12 @@ def glue(task: str, data: Path, init: Path, out: Path, *extra: str) -> list[str]
     return ["glue", "--task", task, "--data", str(data), "--init", str(init), "--out", str(out), *extra]
 
 
-def finetune_cli(args: list[str], fault: str | None = None, resume: bool = False) -> subprocess.Popen:
-    return roberta_process(["finetune", *args], fault, resume)
-
-
 def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp_path):
     def args(out: Path) -> list[str]:
         return glue("SST-2", sst128, micro, out, *SST_JOB)
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    procs = [finetune_cli(args(whole)), finetune_cli(args(killed), fault="step-21:micro-batch-0")]
-    (rc_whole, log_whole), (rc_killed, _) = [
-        (p.returncode, o + e) for p in procs for o, e in [p.communicate(timeout=300)]
-    ]
-    assert rc_whole == 0, log_whole
-    assert rc_killed == -signal.SIGKILL
-    resumed = finetune_cli(args(killed), resume=True)
-    out, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out + err
+    run_killed_and_resumed(lambda out: ["finetune", *args(out)], whole, killed, "step-21:micro-batch-0")
 
     # The wiring learns: 128 sentences fitted to >= 95% accuracy on themselves.
     results = json.loads((whole / "results.json").read_text())
