@@ -24,6 +24,9 @@ from roberta.io import write_json
 
 MODULES = "modules.json"
 IDENTITY = "torch.nn.modules.linear.Identity"  # a Dense module's activation, where it has none
+# Texts per call of the library's encode, which sorts each call's texts by length so that a batch
+# holds texts of like length: large enough for that, small enough for the bar to move.
+ENCODE_CHUNK = 2048
 # Texts our reading of a teacher's tokenizer must split as the library does: case, accents,
 # punctuation, digits, a long word, a non-Latin script.
 TOKENIZER_CHECK = (
@@ -131,12 +134,23 @@ class SentenceEncoder:
                 )
         return ours
 
-    def encode(self, sentences: list[str], progress: bool = True, batch_size: int = 64) -> np.ndarray:
-        """The model's vectors, [N, dim] float32, in the order given."""
-        vectors = self.model.encode(
-            sentences, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=progress
-        )
-        return np.asarray(vectors, dtype=np.float32)
+    def encode(
+        self, texts: list[str], progress: bool = True, batch_size: int = 64, what: str = "sentences"
+    ) -> np.ndarray:
+        """The model's vectors of `texts`, [N, dim] float32, in the order given, under a bar that
+        says what the teacher is encoding (the library's own bar reads 'Batches')."""
+        from tqdm import tqdm
+
+        parts = [np.zeros((0, self.dim), dtype=np.float32)]
+        with tqdm(total=len(texts), desc=f"teacher: {what}", unit=" texts", disable=not progress) as bar:
+            for start in range(0, len(texts), ENCODE_CHUNK):
+                chunk = texts[start : start + ENCODE_CHUNK]
+                vectors = self.model.encode(
+                    chunk, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+                )
+                parts.append(np.asarray(vectors, dtype=np.float32))
+                bar.update(len(chunk))
+        return np.concatenate(parts)
 
 
 def write_modules(directory: Path, pool: str, hidden_size: int, max_length: int, dense=None) -> None:

@@ -374,7 +374,7 @@ class TeacherVectors:
             if placement.is_main
             else {}
         )
-        compute = lambda: teacher.encode(self.sentences, self.progress)  # noqa: E731
+        compute = lambda: teacher.encode(self.sentences, self.progress, what="the training sentences")  # noqa: E731
         self.array = cached_array(out, TEACHER_VECTORS, want, compute, placement)
         self.teacher = None
 

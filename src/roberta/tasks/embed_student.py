@@ -98,7 +98,8 @@ def teacher_tokens(teacher, progress: bool = True) -> tuple[object, np.ndarray, 
     """The sentence-transformers `teacher`'s (a SentenceEncoder) tokenizer, its vector of every token
     of that vocabulary [V, D], and its longest input in tokens."""
     tokenizer = teacher.tokenizer()
-    return tokenizer, teacher.encode(token_texts(tokenizer), progress), teacher.max_length
+    vectors = teacher.encode(token_texts(tokenizer), progress, what="each token of its vocabulary")
+    return tokenizer, vectors, teacher.max_length
 
 
 def new_student(
