@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from data_fixtures import write_byte_tokenizer
 from process_fixtures import run_killed_and_resumed
 from roberta.cli import main
 from roberta.convert.sentence_transformers import SentenceEncoder
@@ -26,6 +27,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEACHER_WIDTH = 32
 MIXED = ["A Man is playing a GUITAR.", "Two dogs run across the grass!", "Café résumé, naïve 42%"]
+
+
+def sentence_modules(body: Path, max_length: int) -> list:
+    """sentence-transformers' Transformer over `body` and a mean Pooling (their module moved in 6.x)."""
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Pooling, Transformer
+    return [Transformer(str(body), max_seq_length=max_length), Pooling(TEACHER_WIDTH, "mean")]
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +63,7 @@ def teacher(data, tmp_path_factory) -> Path:
     )
     torch.manual_seed(0)
     transformers.BertModel(config).save_pretrained(bert)
-    from sentence_transformers import models as modules
-
-    encoder = sentence_transformers.SentenceTransformer(
-        modules=[modules.Transformer(str(bert), max_seq_length=60), modules.Pooling(TEACHER_WIDTH, "mean")],
-        device="cpu",
-    )
+    encoder = sentence_transformers.SentenceTransformer(modules=sentence_modules(bert, 60), device="cpu")
     encoder.save(str(root / "st"))
     return root / "st"
 
@@ -102,6 +107,30 @@ def test_a_new_student_reads_the_teachers_vocabulary_and_starts_from_its_token_v
     # The token embeddings are the teacher's, the layers the seed's.
     assert torch.equal(reseeded.embed_tokens.weight, model.embed_tokens.weight)
     assert not torch.equal(reseeded.layers[0].fc1.weight, model.layers[0].fc1.weight)
+
+
+def test_a_byte_level_bpe_teacher_gives_its_student_its_vocabulary(tmp_path):
+    """A RoBERTa-based teacher (all-distilroberta-v1's kind): byte-level BPE, each token read as text."""
+    transformers = pytest.importorskip("transformers")
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    body = write_byte_tokenizer(tmp_path / "roberta")
+    (body / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
+    size = len(json.loads((body / "vocab.json").read_text()))
+    config = transformers.RobertaConfig(
+        vocab_size=size, hidden_size=TEACHER_WIDTH, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=66, pad_token_id=1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.RobertaModel(config).save_pretrained(body)
+    encoder = sentence_transformers.SentenceTransformer(modules=sentence_modules(body, 64), device="cpu")
+    encoder.save(str(tmp_path / "st"))
+    model, tokenizer = NewStudent(tmp_path / "st", StudentShape(1, 16)).load(JobConfig())
+    assert tokenizer.kind == "hf" and tokenizer.vocab_size == size
+    theirs = encoder.tokenizer(MIXED, add_special_tokens=False)["input_ids"]
+    assert tokenizer.tokenize_ids_batch(MIXED) == theirs
+    texts = token_texts(tokenizer)
+    assert texts[tokenizer.token_to_id("Ġthe")] == "the" and texts[tokenizer.token_to_id("in")] == "in"
+    assert model.embed_tokens.weight.shape == (size, 16) and model.config.max_positions == 64 + 1 + 1
 
 
 @pytest.mark.slow
