@@ -14,14 +14,12 @@ sentences: Arora et al. 2017's smooth inverse frequency).
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -31,6 +29,8 @@ from sentence_embeddings import teacher_dir  # noqa: E402
 
 from harness import DEFAULT_DATA, machine, versions  # noqa: E402
 from roberta.convert.sentence_transformers import SentenceEncoder  # noqa: E402
+from roberta.sts import STS_COLUMNS, cosines  # noqa: E402
+from roberta.tasks.embed import read_pairs, sts_figures  # noqa: E402
 from roberta.tasks.embed_student import token_embeddings, token_texts  # noqa: E402
 from roberta.tokenizer import load_tokenizer  # noqa: E402
 
@@ -39,18 +39,15 @@ OUT = ROOT / "benchmarks" / "results" / f"{datetime.date.today()}-static-token-v
 
 
 def spearman(vectors: np.ndarray, weights: np.ndarray, pairs: tuple[list, list], gold: list[float]) -> float:
-    """Spearman x 100 of the cosines of the pairs' weighted mean token vectors."""
+    """Spearman x 100 of the cosines of the pairs' weighted mean token vectors, as `evaluate sts`
+    computes it."""
 
     def embed(sentences: list[list[int]]) -> np.ndarray:
-        rows = []
-        for ids in sentences:
-            w = weights[ids]
-            rows.append((vectors[ids] * w[:, None]).sum(0) / w.sum())
-        rows = np.array(rows)
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+        return np.array(
+            [(vectors[ids] * weights[ids][:, None]).sum(0) / weights[ids].sum() for ids in sentences]
+        )
 
-    a, b = embed(pairs[0]), embed(pairs[1])
-    return 100 * spearmanr((a * b).sum(1), gold)[0]
+    return 100 * sts_figures(cosines(embed(pairs[0]), embed(pairs[1])), gold)["spearman"]
 
 
 def main() -> None:
@@ -58,9 +55,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="sentence_embeddings.py's work directory")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
-    with open(args.data / "glue" / "STS-B" / "dev.tsv", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    gold = [float(r["score"]) for r in rows]
+    rows = read_pairs(args.data / "glue" / "STS-B" / "dev.tsv", STS_COLUMNS)
+    gold = [r.score for r in rows]
     sentences = (args.work / "distill-sentences.txt").read_text().splitlines()
     teacher = SentenceEncoder.load(teacher_dir())
     table = [
@@ -74,7 +70,10 @@ def main() -> None:
         started = time.monotonic()
         vectors = teacher.encode(token_texts(tokenizer), progress=False)
         seconds = time.monotonic() - started
-        pairs = tuple(tokenizer.tokenize_ids_batch([r[k] for r in rows]) for k in ("sentence1", "sentence2"))
+        pairs = (
+            tokenizer.tokenize_ids_batch([r.text for r in rows]),
+            tokenizer.tokenize_ids_batch([r.pair for r in rows]),
+        )
         counts = np.bincount(
             np.concatenate([np.asarray(x, dtype=np.int64) for x in tokenizer.tokenize_ids_batch(sentences)]),
             minlength=tokenizer.vocab_size,

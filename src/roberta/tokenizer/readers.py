@@ -133,9 +133,7 @@ def read_wordpiece_tokenizer_json(path: Path, obj: dict, vocab: dict[str, int]) 
     roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS)
     files = {
         "vocab.txt": "".join(t + "\n" for t in tokens).encode("utf-8"),
-        "tokenizer_config.json": (
-            json.dumps({"do_lower_case": lowercase, "strip_accents": strip}) + "\n"
-        ).encode(),
+        "tokenizer_config.json": _case_config(lowercase, strip),
     }
     return VocabularyFiles(tokens, roles, vocab, files, lowercase=lowercase, strip_accents=strip)
 
@@ -182,8 +180,7 @@ def read_wordpiece(vocab_txt: Path, lowercase: bool | None, strip_accents: bool 
     if config_raw is not None:
         files["tokenizer_config.json"] = config_raw
     elif lowercase or strip:
-        config = {"do_lower_case": lowercase, "strip_accents": strip}
-        files["tokenizer_config.json"] = (json.dumps(config) + "\n").encode()
+        files["tokenizer_config.json"] = _case_config(lowercase, strip)
     tokens = sorted(vocab, key=vocab.__getitem__)
     return VocabularyFiles(tokens, roles, vocab, files, lowercase=lowercase, strip_accents=strip)
 
@@ -304,6 +301,11 @@ def _roles(path: Path, vocab: dict[str, int], *choices: dict[str, str]) -> dict[
             raise UserError(f"{path}: no {' or '.join(names)} token (needed for the {role} role)")
         roles[role] = found[0]
     return roles
+
+
+def _case_config(lowercase: bool, strip_accents: bool) -> bytes:
+    """A tokenizer_config.json recording a WordPiece vocabulary's case and accents, as BERT's does."""
+    return (json.dumps({"do_lower_case": lowercase, "strip_accents": strip_accents}) + "\n").encode()
 
 
 def _read_wordpiece_config(path: Path) -> tuple[dict[str, bool | None], bytes | None]:
