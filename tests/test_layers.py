@@ -25,6 +25,7 @@ LAYERS = {
     "roberta.batching": 2,
     "roberta.onnx_model": 2,
     "roberta.qa": 2,
+    "roberta.tagging": 2,
     "roberta.convert": 3,
     "roberta.onnx_export": 3,
     "roberta.train": 4,

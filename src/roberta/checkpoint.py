@@ -2,8 +2,9 @@
 
 `config.json` is `{"format": "roberta", "config": <RobertaConfig fields>, "heads": {name: spec}}`,
 a head's spec being `{"kind": "classification", "num_classes": n, "inner_dim": d, "labels": [...]}`
-(labels optional), `{"kind": "span"}` or `{"kind": "embedding", "pool": "cls" | "mean", "dim":
-d}` (a sentence encoder's pooling; dim only with a map onto a teacher's width); a spec without
+(labels optional), `{"kind": "span"}`, `{"kind": "tagging", "num_labels": n, "labels": [...]}` or
+`{"kind": "embedding", "pool": "cls" | "mean", "dim": d}` (a sentence encoder's pooling; dim only
+with a map onto a teacher's width); a spec without
 "kind" (older files) is a classifier;
 `"lm_head": false` marks a model without a masked-LM head (imported from an HF RobertaModel or
 classifier), whose `lm_head.*` tensors are then not stored. `model.safetensors` holds the model's
@@ -24,7 +25,15 @@ from safetensors.torch import load_file, save_file
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.io import atomic_directory, publish, read_json, temporary_path, write_json
-from roberta.model import POOLS, ClassificationHead, EmbeddingHead, RobertaModel, SpanHead, build_head
+from roberta.model import (
+    POOLS,
+    ClassificationHead,
+    EmbeddingHead,
+    RobertaModel,
+    SpanHead,
+    TaggingHead,
+    build_head,
+)
 
 FORMAT = "roberta"
 CONFIG_FILE = "config.json"
@@ -253,8 +262,10 @@ def _head_spec(spec, where: str) -> dict:
         return {"kind": kind}
     if kind == EmbeddingHead.kind:
         return _embedding_spec(spec, where)
+    if kind == TaggingHead.kind:
+        return _tagging_spec(spec, where)
     if kind != ClassificationHead.kind:
-        known = ", ".join((ClassificationHead.kind, SpanHead.kind, EmbeddingHead.kind))
+        known = ", ".join((ClassificationHead.kind, SpanHead.kind, EmbeddingHead.kind, TaggingHead.kind))
         raise UserError(f"{where}: unknown head kind {kind!r} (known: {known})")
     if not all(_is_positive_int(spec.get(k)) for k in ("num_classes", "inner_dim")):
         raise UserError(f"{where} must give positive integer 'num_classes' and 'inner_dim', not {spec!r}")
@@ -282,6 +293,23 @@ def _embedding_spec(spec: dict, where: str) -> dict:
         "kind": EmbeddingHead.kind,
         "pool": spec["pool"],
         **({"dim": spec["dim"]} if "dim" in spec else {}),
+    }
+
+
+def _tagging_spec(spec: dict, where: str) -> dict:
+    if not _is_positive_int(spec.get("num_labels")):
+        raise UserError(f"{where} must give a positive integer 'num_labels', not {spec!r}")
+    labels = spec.get("labels", [])
+    if not (
+        isinstance(labels, list)
+        and all(isinstance(x, str) for x in labels)
+        and len(labels) in (0, spec["num_labels"])
+    ):
+        raise UserError(f"{where}: 'labels' must be a list of {spec['num_labels']} strings, not {labels!r}")
+    return {
+        "kind": TaggingHead.kind,
+        "num_labels": spec["num_labels"],
+        **({"labels": labels} if labels else {}),
     }
 
 

@@ -180,6 +180,26 @@ class SpanHead(nn.Module):
         return {"kind": self.kind}
 
 
+class TaggingHead(nn.Module):
+    """Token-level head for tagging (HF's RobertaForTokenClassification): dropout → projection of
+    every token onto the labels, whose names (`labels`) the head keeps."""
+
+    kind = "tagging"
+
+    def __init__(self, config: RobertaConfig, num_labels: int, labels=()):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.out_proj = nn.Linear(config.hidden_size, num_labels)
+        self.labels = tuple(labels)
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.out_proj(self.dropout(features))
+
+    def spec(self) -> dict:
+        spec = {"kind": self.kind, "num_labels": self.out_proj.out_features}
+        return {**spec, "labels": list(self.labels)} if self.labels else spec
+
+
 POOLS = ("cls", "mean")
 EMBEDDING_HEAD = "embedding"  # the name a sentence encoder's head is saved under
 
@@ -221,6 +241,8 @@ def build_head(config: RobertaConfig, spec: dict) -> nn.Module:
         return SpanHead(config)
     if spec["kind"] == EmbeddingHead.kind:
         return EmbeddingHead(config, spec["pool"], spec.get("dim"))
+    if spec["kind"] == TaggingHead.kind:
+        return TaggingHead(config, spec["num_labels"], spec.get("labels", ()))
     labels = tuple(spec.get("labels", ()))
     return ClassificationHead(config, spec["num_classes"], spec.get("inner_dim"), labels)
 
@@ -374,7 +396,8 @@ class RobertaModel(nn.Module):
 
     def head_outputs(self, name: str, tokens: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         """The head `name` on `tokens`: a classification head's logits [B, C] (the last layer
-        computes `<s>` alone, all it reads), a span head's start and end logits [B, T]."""
+        computes `<s>` alone, all it reads), a span head's start and end logits [B, T], a tagging
+        head's logits [B, T, labels]."""
         head = self._require_head(name)
         select = "first" if head.kind == ClassificationHead.kind else None
         return head(self(tokens, unpad=True, select=select).last_hidden_state)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from roberta.cli import tag as tag_cli
 from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, print_figures
 
 
@@ -106,5 +107,10 @@ def _evaluate_sts(p: argparse.ArgumentParser) -> Handler:
     return run
 
 
-EVALUATE_TASKS = {"glue": _evaluate_glue, "squad": _evaluate_squad, "sts": _evaluate_sts}
+EVALUATE_TASKS = {
+    "glue": _evaluate_glue,
+    "squad": _evaluate_squad,
+    "sts": _evaluate_sts,
+    "tag": tag_cli.evaluate_tag,
+}
 VERBS = {"evaluate": _evaluate}

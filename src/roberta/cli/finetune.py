@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from roberta.cli import tag as tag_cli
 from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, add_options, options_from
 from roberta.options import ProbeOptions
 
@@ -442,6 +443,7 @@ FINETUNE_TASKS = {
     "squad": _finetune_squad,
     "race": _finetune_race,
     "embed": _finetune_embed,
+    "tag": tag_cli.finetune_tag,
 }
 DISTILL_TASKS = {"glue": _distill_glue, "classify": _distill_classify, "embed": _distill_embed}
 VERBS = {"finetune": _finetune, "distill": _distill, "probe": _probe}
