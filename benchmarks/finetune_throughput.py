@@ -128,7 +128,8 @@ def glue_setup(task: Task, data: Path, work: Path) -> Setup:
 
 
 def squad_setup(task: Task, data: Path, work: Path) -> Setup:
-    from roberta.tasks.squad_data import make_windows, read_squad
+    from roberta.qa.examples import read_squad
+    from roberta.qa.windows import make_windows
     from roberta.tokenizer import load_tokenizer
 
     out = work / "SQuAD"

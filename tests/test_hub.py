@@ -18,7 +18,7 @@ from roberta.convert import export_fairseq, export_hf
 from roberta.infer import embed_file
 from roberta.model import SpanHead
 from roberta.padding import Layout
-from roberta.tasks.squad_data import answer_windows
+from roberta.qa.windows import answer_windows
 from roberta.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread

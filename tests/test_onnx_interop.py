@@ -15,7 +15,7 @@ from roberta import Roberta
 from roberta.batching import pad
 from roberta.convert.hf import write_hf_tokenizer
 from roberta.onnx_model import graph_file, graph_inputs, load_onnx, run_graph, session
-from roberta.wordpiece import train_wordpiece
+from roberta.tokenizer.training import train_wordpiece
 from serve_fixtures import serving_hub
 from test_onnx_export import FILL, embedding_export
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import transformers
 
-from roberta.wordpiece import train_wordpiece
+from roberta.tokenizer.training import train_wordpiece
 
 DATA = Path(os.environ.get("ROBERTA_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 

@@ -19,7 +19,7 @@ from roberta.cli import main
 from roberta.data.prepare import prepare
 from roberta.errors import UserError
 from roberta.tokenizer import Tokenizer, load_tokenizer
-from roberta.wordpiece import train_wordpiece
+from roberta.tokenizer.training import train_wordpiece
 
 WORDS = "Apple apple APPLE café cafe naïve Zürich the a cat sat on mat and then it was big small".split()
 HARD = [

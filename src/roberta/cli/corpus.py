@@ -108,7 +108,7 @@ def _train_tokenizer(p: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> None:
         settings = text_corpus_settings(args)
         if args.kind == "wordpiece":
-            from roberta.wordpiece import train_wordpiece
+            from roberta.tokenizer.training import train_wordpiece
 
             tokenizer = train_wordpiece(
                 args.inputs,

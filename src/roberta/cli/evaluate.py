@@ -66,7 +66,7 @@ def _evaluate_squad(p: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.squad_data import evaluate_squad
+        from roberta.qa.metric import evaluate_squad
 
         print_figures(evaluate_squad(args.dev, args.predictions, args.version, args.null_odds))
 

@@ -193,8 +193,8 @@ def _finetune_squad(p: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> None:
         from functools import partial
 
+        from roberta.qa.windows import SQUAD_MAX_LENGTH
         from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, plan_squad
-        from roberta.tasks.squad_data import SQUAD_MAX_LENGTH
 
         files = (args.version, args.train, args.dev)
         plan = partial(plan_squad, *files, stride=args.stride, max_query=args.max_query)
