@@ -241,3 +241,9 @@ def test_wordpiece_through_prepare_pretrain_finetune_and_hf_export(text, tmp_pat
     top = logits.softmax(-1).topk(3)
     assert [token for _, _, token in fillings] == [hf_tok.decode([i]) for i in top.indices.tolist()]
     assert [score for _, score, _ in fillings] == pytest.approx(top.values.tolist(), abs=1e-5)
+
+
+def test_the_old_import_path_still_gives_wordpiece_training():
+    import roberta.wordpiece
+
+    assert roberta.wordpiece.train_wordpiece is train_wordpiece
