@@ -1,8 +1,9 @@
 """HF transformers `save_pretrained` directories ⇄ our model.
 
-Reads RobertaForMaskedLM, RobertaForSequenceClassification and bare RobertaModel directories
-(`model.safetensors` or a pickled `pytorch_model.bin`); writes one that
-`transformers.AutoModelForMaskedLM` (and, with a head, `AutoModelForSequenceClassification`) loads.
+Reads RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification and bare
+RobertaModel directories (`model.safetensors` or a pickled `pytorch_model.bin`); writes one that
+`transformers.AutoModelForMaskedLM` (and, with a head, `AutoModelForSequenceClassification` or
+`AutoModelForTokenClassification`) loads.
 A directory without an LM head imports as a model marked so (`checkpoint.without_lm_head`), and
 exports as the body (and classifier) alone: its seeded stand-in LM head is never written.
 """
@@ -23,7 +24,7 @@ from roberta.convert.mapping import Field, WeightNames, weight_and_bias
 from roberta.convert.sentence_transformers import read_embedding_head, write_modules
 from roberta.errors import UserError
 from roberta.io import atomic_directory, read_json, write_json
-from roberta.model import EMBEDDING_HEAD, RobertaModel
+from roberta.model import EMBEDDING_HEAD, RobertaModel, TaggingHead
 
 FIELDS = (
     Field("vocab_size", "vocab_size"),
@@ -84,14 +85,14 @@ def read_hf(
     heads = classifier_heads(state, hf.get("roberta_head_name", "classification"), source)
     for spec in heads.values():
         spec.update(head_labels(hf, spec["num_classes"], str(directory / "config.json")))
+    tagging = tagging_heads(state, hf, str(directory / "config.json"))
     tokenizer = checkpoint.load_tokenizer_if_present(directory)
     if tokenizer is not None:
         check_vocabulary(tokenizer, config, str(directory))
-    model = build_model(config, heads, map_location, initialise=not has_lm_head)
+    model = build_model(config, {**heads, **tagging}, map_location, initialise=not has_lm_head)
     expected = model.state_dict()
-    ours = mapping.import_state(
-        state, NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head), expected, source
-    )
+    pairs = NAMES.pairs(config.num_layers, heads, lm_head=has_lm_head) + tagging_pairs(tagging)
+    ours = mapping.import_state(state, pairs, expected, source)
     ours["embed_positions.weight"] = ours["embed_positions.weight"] + token_type_row(state, config, source)
     if has_lm_head:
         mapping.same_tensor(
@@ -148,6 +149,21 @@ def classifier_heads(state: dict[str, torch.Tensor], name: str, source: str) -> 
     }
 
 
+def tagging_heads(state: dict[str, torch.Tensor], hf: dict, source: str) -> dict[str, dict]:
+    """`{name: spec}` for a RobertaForTokenClassification state dict (its one Linear on every
+    token, `classifier.weight`), else {}."""
+    if "classifier.weight" not in state:
+        return {}
+    labels = state["classifier.weight"].shape[0]
+    spec = {"kind": TaggingHead.kind, "num_labels": labels, **head_labels(hf, labels, source)}
+    return {hf.get("roberta_head_name", "tagger"): spec}
+
+
+def tagging_pairs(heads) -> list[tuple[str, str]]:
+    """HF's names of a tagging head's weights (RobertaForTokenClassification's `classifier`)."""
+    return [pair for name in heads for pair in weight_and_bias(f"heads.{name}.out_proj", "classifier")]
+
+
 def head_labels(hf: dict, num_classes: int, source: str) -> dict:
     """`{"labels": [...]}` from config.json's id2label, or {} where it holds HF's placeholders
     (LABEL_0, LABEL_1, ...) or nothing."""
@@ -190,17 +206,38 @@ def task_heads(model: RobertaModel) -> tuple[dict[str, dict], dict | None]:
     goes to the sentence-transformers modules beside the model."""
     heads = head_shapes(model)
     embedding = heads.pop(EMBEDDING_HEAD, None)
+    heads = {name: spec for name, spec in heads.items() if spec["kind"] != TaggingHead.kind}
     return mapping.classifiers_only(heads, "HF"), embedding
+
+
+def tagging_shapes(model: RobertaModel) -> dict[str, dict]:
+    """The model's tagging heads' specs (RobertaForTokenClassification's head)."""
+    return {name: spec for name, spec in head_shapes(model).items() if spec["kind"] == TaggingHead.kind}
 
 
 def hf_config(model: RobertaModel, tokenizer=None) -> dict:
     """An HF `config.json` for our model, with its classification head if it has one."""
     heads, _ = task_heads(model)
+    tagging = tagging_shapes(model)
     body_only = "RobertaModel" if checkpoint.without_lm_head(model) else "RobertaForMaskedLM"
-    config = task_config(model, "RobertaForSequenceClassification" if heads else body_only, tokenizer)
+    architecture = "RobertaForSequenceClassification" if heads else body_only
+    config = task_config(model, "RobertaForTokenClassification" if tagging else architecture, tokenizer)
     for name, shape in heads.items():
         config.update(classifier_fields(name, shape))
+    for name, shape in tagging.items():
+        config.update(tagging_fields(name, shape))
     return config
+
+
+def tagging_fields(name: str, shape: dict) -> dict:
+    """config.json's fields for the tagging head `name`: its labels as id2label and label2id."""
+    labels = shape.get("labels") or [f"LABEL_{i}" for i in range(shape["num_labels"])]
+    return {
+        "roberta_head_name": name,
+        "num_labels": len(labels),
+        "id2label": {str(i): label for i, label in enumerate(labels)},
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
 
 
 def task_config(model: RobertaModel, architecture: str, tokenizer=None) -> dict:
@@ -237,10 +274,10 @@ def classifier_fields(name: str, shape: dict) -> dict:
 def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
     """Write an HF `save_pretrained`-style directory into the (empty, temporary) `directory`."""
     heads, embedding = task_heads(model)
-    if len(heads) > 1:
-        raise UserError(
-            f"HF RoBERTa holds one classification head; this model has {len(heads)}: {', '.join(heads)}"
-        )
+    tagging = tagging_shapes(model)
+    if len(heads) + len(tagging) > 1:
+        names = [*heads, *tagging]
+        raise UserError(f"HF RoBERTa holds one task head; this model has {len(names)}: {', '.join(names)}")
     for name, shape in heads.items():
         if shape["inner_dim"] != model.config.hidden_size:
             raise UserError(
@@ -248,9 +285,8 @@ def write_hf(directory: Path, model: RobertaModel, tokenizer=None) -> None:
                 f"not {shape['inner_dim']}"
             )
     lm_head = checkpoint.without_lm_head(model) is None
-    state = mapping.export_state(
-        model.state_dict(), NAMES.pairs(model.config.num_layers, heads, lm_head=lm_head)
-    )
+    pairs = NAMES.pairs(model.config.num_layers, heads, lm_head=lm_head) + tagging_pairs(tagging)
+    state = mapping.export_state(model.state_dict(), pairs)
     state[TOKEN_TYPES] = torch.zeros(1, model.config.hidden_size, dtype=model.embed_tokens.weight.dtype)
     write_json(directory / "config.json", hf_config(model, tokenizer))
     checkpoint.save_safetensors(state, directory / "model.safetensors")

@@ -72,9 +72,10 @@ def transformers_outputs(
             if name == EMBEDDING_HEAD:
                 outputs[f"heads.{name}"] = sentence_vectors(directory, tokens, mask, out.hidden_states[-1])
                 continue
-            classifier = (
-                transformers.AutoModelForSequenceClassification.from_pretrained(directory).float().eval()
-            )
+            # A tagging head's directory is a RobertaForTokenClassification: logits per token.
+            tagging = "RobertaForTokenClassification" in read_json(directory / "config.json")["architectures"]
+            auto = "AutoModelForTokenClassification" if tagging else "AutoModelForSequenceClassification"
+            classifier = getattr(transformers, auto).from_pretrained(directory).float().eval()
             outputs[f"heads.{name}"] = classifier(input_ids=tokens, attention_mask=mask).logits
     return outputs
 

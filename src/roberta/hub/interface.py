@@ -26,6 +26,7 @@ from roberta.errors import UserError
 from roberta.hub.answer import answer
 from roberta.hub.fill_mask import check_fill_mask, fill_mask, mask_logits, masked_ids
 from roberta.hub.inputs import TokenSeqs, check_ids, refuse_or_warn, sequences
+from roberta.hub.tag import tag
 from roberta.model import EMBEDDING_HEAD, POOLS, RobertaModel
 from roberta.model import pool as pooled
 from roberta.tokenizer import Tokenizer
@@ -223,7 +224,7 @@ class Roberta(nn.Module):
         `answer`), else a UserError: a span head's two logits per token are no class scores."""
         head = self.model._require_head(name)
         if head.kind != kind:
-            use = "predict/--head" if head.kind == "classification" else "answer()"
+            use = {"classification": "predict/--head", "tagging": "tag()"}.get(head.kind, "answer()")
             raise UserError(f"head {name!r} is a {head.kind} head (for {use}), not a {kind} head")
         return head
 
@@ -262,6 +263,12 @@ class Roberta(nn.Module):
         model's positions (`qa.windows.answer_windows`); a question is cut to the window's share.
         """
         return answer(self, question, context, topk, name)
+
+    def tag(self, text: str | Sequence[str], name: str | None = None) -> list:
+        """Entities [{"type", "text", "start", "end", "score"}] of a text (a list of texts: a list
+        each, batched by length) from the tagging head `name` (default: the model's one), grouped
+        as HF's token-classification pipeline with aggregation_strategy="simple" groups them."""
+        return tag(self, text, name)
 
     def fill_mask(self, masked_input: str | Sequence[str], topk: int = 5):
         """The `topk` fillings of the one `<mask>` in a text: [(filled text, probability, token)].
