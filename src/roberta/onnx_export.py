@@ -4,7 +4,8 @@ graph checked against our outputs.
 OUT/feature-extraction/ (RobertaModel: last_hidden_state), OUT/fill-mask/ (RobertaForMaskedLM:
 logits) where the checkpoint has an LM head, and OUT/<head name>/ for each task head: a
 classification or regression head (RobertaForSequenceClassification: logits), a span head
-(RobertaForQuestionAnswering: start_logits, end_logits), a sentence encoder's embedding head
+(RobertaForQuestionAnswering: start_logits, end_logits), a tagging head (RobertaForTokenClassification:
+logits per token), a sentence encoder's embedding head
 (RobertaModel: last_hidden_state, and sentence_embedding, its pooling and map, with
 sentence-transformers' modules beside). Each holds config.json, the tokenizer's files (`convert
 --to hf`'s) and onnx/model.onnx, where transformers.js's `pipeline(task, dir)` looks and Optimum's
@@ -35,7 +36,7 @@ from torch import nn
 
 from roberta.batching import pad
 from roberta.checkpoint import head_shapes, without_lm_head
-from roberta.convert.hf import classifier_fields, task_config, write_hf_tokenizer
+from roberta.convert.hf import classifier_fields, tagging_fields, task_config, write_hf_tokenizer
 from roberta.convert.sentence_transformers import write_modules
 from roberta.errors import UserError
 from roberta.int8 import embedding_agreement, prediction_agreement, sample_ids
@@ -64,6 +65,7 @@ ARCHITECTURES = {
     "classification": "RobertaForSequenceClassification",
     "span": "RobertaForQuestionAnswering",
     "embedding": "RobertaModel",
+    "tagging": "RobertaForTokenClassification",
 }
 
 
@@ -134,6 +136,8 @@ def write_task(directory: Path, model: RobertaModel, tokenizer, task: str, token
     config = task_config(model, ARCHITECTURES[kind], tokenizer)
     if kind == "classification":
         config.update(classifier_fields(task, model.heads[task].spec()))
+    if kind == "tagging":
+        config.update(tagging_fields(task, model.heads[task].spec()))
     write_json(directory / "config.json", config)
     write_hf_tokenizer(directory, tokenizer, model.config.max_seq_len)
     if kind == EmbeddingHead.kind:

@@ -39,10 +39,16 @@ OUTPUTS = {
     FILL_MASK: ["logits", "last_hidden_state"],
     "classification": ["logits"],
     "span": ["start_logits", "end_logits"],
+    "tagging": ["logits"],
     "embedding": ["last_hidden_state", "sentence_embedding"],
 }
 # The pipeline task (transformers.js, Optimum) of each kind of head's directory.
-HEAD_TASKS = {"classification": "text-classification", "span": "question-answering", "embedding": FEATURES}
+HEAD_TASKS = {
+    "classification": "text-classification",
+    "span": "question-answering",
+    "embedding": FEATURES,
+    "tagging": "token-classification",
+}
 
 
 def graph_file(int8: bool = False) -> str:
@@ -221,7 +227,7 @@ class OnnxModel(nn.Module):
     def head_outputs(self, name: str, tokens: torch.Tensor):
         head = require_head(self.heads, name)
         outputs = self._run(head.graph, head.kind, tokens, OUTPUTS[head.kind])
-        return outputs[0] if head.kind == "classification" else tuple(outputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def sentence_embedding(self, tokens: torch.Tensor, unpad: bool = False) -> torch.Tensor:
         head = require_head(self.heads, EMBEDDING_HEAD)
