@@ -16,6 +16,7 @@ LAYERS = {
     "roberta.validation": 0,
     "roberta.options": 0,
     "roberta.model": 1,
+    "roberta.precision": 1,
     "roberta.padding": 1,
     "roberta.tokenizer": 1,
     "roberta.wordpiece": 1,

@@ -189,8 +189,8 @@ def test_mfu_never_passes_100_percent_when_the_start_up_peak_was_too_low(
     from roberta.train import metrics, trainer
 
     peaks = iter([1e3])  # the start-up measurement, under load: 1 kFLOP/s
-    monkeypatch.setattr(metrics, "measured_matmul_flops", lambda: next(peaks))
-    monkeypatch.setattr(trainer, "measured_matmul_flops", lambda: later)
+    monkeypatch.setattr(metrics, "measured_matmul_flops", lambda dtype: next(peaks))
+    monkeypatch.setattr(trainer, "measured_matmul_flops", lambda dtype: later)
     train_fixtures.run(tmp_path, ["--train.max_steps=3", "--train.peak_tflops=0"])
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     mfu = [r["mfu"] for r in records if r["split"] == "train"]

@@ -18,6 +18,7 @@ import torch
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.io import atomic_write
+from roberta.precision import compute_dtype
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
@@ -181,7 +182,7 @@ def peak_flops(device: torch.device, precision: str, configured_tflops: float) -
             if key in name:
                 return tflops * 1e12 / (2 if precision == "fp32" else 1)  # TF32 runs at half rate
         return 0.0
-    return measured_matmul_flops()
+    return measured_matmul_flops(compute_dtype(precision))
 
 
 def peak_is_measured(device: torch.device, configured_tflops: float) -> bool:
@@ -190,14 +191,15 @@ def peak_is_measured(device: torch.device, configured_tflops: float) -> bool:
     return configured_tflops <= 0 and device.type != "cuda"
 
 
-def measured_matmul_flops(size: int = 1024, trials: int = 4) -> float:
-    """This CPU's fp32 matrix-product rate with the current thread count: MFU's denominator.
+def measured_matmul_flops(dtype: torch.dtype = torch.float32, size: int = 1024, trials: int = 4) -> float:
+    """This CPU's matrix-product rate in `dtype` (the precision the run computes in: bf16 on a CPU
+    with AMX is several times fp32's) with the current thread count: MFU's denominator.
 
     The best of several trials of a product as large as a layer's, because on a shared host a
     single timing measures the neighbours' load as much as the hardware, and a small product
     understates what the model's own products reach (MFU then passes 100%).
     """
-    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
     a @ a
     best = 0.0
     for _ in range(trials):

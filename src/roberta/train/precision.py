@@ -1,4 +1,5 @@
-"""Numeric precision: which autocast to run under, and fp16's dynamic loss scaling.
+"""Training's precision: the autocast a job runs under (`roberta.precision`), and fp16's dynamic loss
+scaling.
 
 fp16 gradients underflow unless the loss is multiplied up before backward; too large a scale
 overflows instead. The scaler follows fairseq's rule: an overflowing step is skipped and the
@@ -7,28 +8,20 @@ scale halved; after `growth_interval` clean steps it doubles again.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from roberta.precision import autocast, resolve
+
+__all__ = ["LossScaler", "autocast", "resolve_precision"]
+
 
 def resolve_precision(requested: str, device: torch.device) -> str:
-    if requested != "auto":
-        return requested
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return "bf16"
-    # On CPUs without native bf16 units bf16 matrix products run many times slower than fp32
-    # (benchmarks/experiments/bf16-cpu.md).
-    return "fp32"
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    """`train.precision` as it runs here (`roberta.precision.resolve`: `auto` is bf16 on a GPU or a
+    CPU with native bf16 units, fp32 elsewhere)."""
+    return resolve(requested, device)
 
 
 @dataclass

@@ -17,6 +17,7 @@ accumulation steps of b, and two ranks of b all compute the same gradient.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from roberta import checkpoint
 from roberta.errors import UserError
 from roberta.io import write_json
 from roberta.model import RobertaModel
+from roberta.precision import compute_dtype
+from roberta.precision import reason as precision_reason
 from roberta.train import distributed, evaluation, run_state
 from roberta.train.config import JobConfig, budget
 from roberta.train.metrics import (
@@ -311,7 +314,9 @@ def _open_run_directory(run: _Run, run_info: dict | None) -> None:
     if run.resumed:
         run_state.remove_run_temporaries(run.run_dir)
     job = _job_record(run.job, run.model)
-    write_json(run.run_dir / JOB_FILE, {"job": job, **(run_info or {})})
+    ran = precision_reason(run.job.train.precision, run.precision, run.placement.device)
+    print(f"precision: {ran}", file=sys.stderr)
+    write_json(run.run_dir / JOB_FILE, {"job": job, "precision": ran, **(run_info or {})})
     resume_step = run.step if run.resumed else None
     run.log = MetricsLog(run.run_dir, resume_step, report_to=run.job.train.report_to, job=job)
     run.last_checkpoint = run_state.latest_checkpoint(run.run_dir)
@@ -402,7 +407,7 @@ def _mfu(run: _Run, rate: float) -> float | None:
     achieved = rate * run.flops_per_token
     if achieved > run.peak_flops and run.peak_measured:
         world = run.placement.world_size
-        run.peak_flops = max(run.peak_flops, measured_matmul_flops() * world)
+        run.peak_flops = max(run.peak_flops, measured_matmul_flops(compute_dtype(run.precision)) * world)
         if achieved > run.peak_flops:
             run.peak_flops = None
             return None
