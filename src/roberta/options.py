@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from roberta import validation
 
 RUNTIMES = ("torch", "onnx")
+# What a model runs in for inference (roberta.precision): auto picks by the hardware.
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 def argument(help: str, **cli) -> object:
@@ -84,10 +86,16 @@ class ServeOptions:
     runtime: str = option(
         "torch", "torch (default), or onnx: a directory written by `roberta export --to onnx`"
     )
+    precision: str = option(
+        "auto",
+        "fp32, bf16 (autocast), int8 (as --int8), or auto (default): bf16 on a CPU with AMX or "
+        "AVX512-BF16 units (or a bf16 GPU), else fp32; ROBERTA_PRECISION can say what auto means. "
+        "--runtime onnx: fp32 or int8",
+    )
     int8: bool = option(
         False,
         "CPU: int8 Linear layers (torch: printing the agreement with fp32 first; onnx: the export's "
-        "int8 graphs)",
+        "int8 graphs); the same as --precision int8",
     )
     device: str = option("cpu", "torch device (default {default})")
     max_batch_tokens: int = option(
@@ -134,7 +142,7 @@ class ServeOptions:
         "(default: on)",
     )
 
-    CHOICES = {"runtime": RUNTIMES}
+    CHOICES = {"runtime": RUNTIMES, "precision": INFERENCE_PRECISIONS}
     RANGES = {
         "port": "[0,65535]",
         "max_batch_tokens": ">=1",

@@ -10,6 +10,7 @@ import typing
 from collections.abc import Callable
 
 from roberta.errors import UserError
+from roberta.options import INFERENCE_PRECISIONS
 
 # What a command runs, given its parsed arguments.
 Handler = Callable[[argparse.Namespace], None]
@@ -116,27 +117,46 @@ def hub_options(p: argparse.ArgumentParser) -> None:
         "(default 2048)",
     )
     p.add_argument(
+        "--precision",
+        choices=INFERENCE_PRECISIONS,
+        default="auto",
+        help="fp32; bf16 (autocast: fp32 weights, bf16 matrix products, fp32 outputs); int8 (as "
+        "--int8); auto (default): bf16 on a CPU with AMX or AVX512-BF16 units (or a bf16 GPU), fp32 "
+        "elsewhere, or what ROBERTA_PRECISION says. The choice is printed to stderr",
+    )
+    p.add_argument(
         "--int8",
         action="store_true",
         help="CPU only: run the Linear layers in int8 (dynamic quantization; the speed-up depends on "
         "the CPU's int8 support), after printing to stderr how close int8 comes to fp32 on the input's "
-        "first batch (embed: cosine of the vectors; predict, fill-mask: share of equal top-1 predictions)",
+        "first batch (embed: cosine of the vectors; predict, fill-mask: share of equal top-1 "
+        "predictions). The same as --precision int8",
     )
 
 
 def load_hub(args: argparse.Namespace):
-    """The checkpoint as a hub, on --device, with --batch-tokens."""
+    """The checkpoint as a hub, on --device, with --batch-tokens, in --precision (said on stderr).
+    int8 sets `args.int8`: the verbs quantize after measuring fp32 on their first batch."""
+    import sys
+
     from roberta.hub import check_device, load
+    from roberta.precision import inference_precision, reason
 
     if args.batch_tokens < 1:
         raise UserError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
     device = check_device(args.device)  # before the minutes a large checkpoint takes to read
-    if args.int8:
+    requested = "int8" if args.int8 else args.precision
+    precision = inference_precision(args.precision, args.int8, device)
+    if precision == "int8":
         from roberta.int8 import require_cpu
 
         require_cpu(device)
     roberta = load(args.checkpoint, args.checkpoint_file).to(device)
     roberta.batch_tokens = args.batch_tokens
+    args.int8 = precision == "int8"
+    if not args.int8:
+        roberta.use_precision(precision)
+    print(f"precision: {reason(requested, precision, device)}", file=sys.stderr)
     return roberta
 
 

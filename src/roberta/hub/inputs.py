@@ -82,3 +82,12 @@ def check_ids(tokens: torch.Tensor, vocab: int, index: int | None = None) -> Non
             f"{where}token id {low if low < 0 else high} is outside the model's vocabulary of {vocab} "
             f"(0..{vocab - 1})"
         )
+
+
+def as_fp32(value):
+    """Float tensors (alone, or in lists and tuples) as float32; anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(as_fp32(v) for v in value)
+    return value

@@ -14,7 +14,7 @@ mode they keep the autograd graph, so a model can be fine-tuned through this int
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import torch
@@ -25,10 +25,11 @@ from roberta.batching import length_batches, pad
 from roberta.errors import UserError
 from roberta.hub.answer import answer
 from roberta.hub.fill_mask import check_fill_mask, fill_mask, mask_logits, masked_ids
-from roberta.hub.inputs import TokenSeqs, check_ids, refuse_or_warn, sequences
+from roberta.hub.inputs import TokenSeqs, as_fp32, check_ids, refuse_or_warn, sequences
 from roberta.hub.tag import tag
 from roberta.model import EMBEDDING_HEAD, POOLS, RobertaModel
 from roberta.model import pool as pooled
+from roberta.precision import INFERENCE, autocast, resolve
 from roberta.tokenizer import Tokenizer
 
 # Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark
@@ -45,6 +46,7 @@ class Roberta(nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_tokens = batch_tokens
+        self.precision = "fp32"  # or bf16 (autocast) or int8 (quantized): `use_precision`
 
     @classmethod
     def from_pretrained(
@@ -69,7 +71,29 @@ class Roberta(nn.Module):
         return self.model.config.max_seq_len
 
     def _mode(self) -> AbstractContextManager:
-        return torch.inference_mode(not self.training)
+        stack = ExitStack()
+        stack.enter_context(torch.inference_mode(not self.training))
+        stack.enter_context(autocast(self.precision, self.device))
+        return stack
+
+    def _outputs(self, value):
+        """What a call returns: under bf16 autocast, its float tensors as fp32, as every caller expects."""
+        return as_fp32(value) if self.precision == "bf16" else value
+
+    def use_precision(self, precision: str = "auto") -> Roberta:
+        """Run every call in `precision`: fp32 (as loaded), bf16 (autocast: the weights stay fp32, the
+        matrix products run in bf16; outputs come back fp32), int8 (`quantize`), or auto: bf16 on a
+        CPU with native bf16 units (AMX, AVX512-BF16) or a bf16 GPU, else fp32 (`roberta.precision`).
+        Returns the hub."""
+        if precision not in INFERENCE:
+            raise UserError(f"precision {precision!r} unknown; choose one of {', '.join(INFERENCE)}")
+        chosen = resolve(precision, self.device)
+        if self.precision == "int8" and chosen != "int8":
+            raise UserError(f"the hub is quantized to int8; load it again to run it in {chosen}")
+        if chosen == "int8":
+            return self.quantize()
+        self.precision = chosen
+        return self
 
     def quantize(self) -> Roberta:
         """Dynamic int8 for CPU serving, in place: every `nn.Linear` of the encoder and the heads
@@ -85,6 +109,7 @@ class Roberta(nn.Module):
 
         require_cpu(self.device)
         quantize_linears(self.model)
+        self.precision = "int8"
         return self.eval()
 
     # ---- text <-> ids
@@ -154,7 +179,7 @@ class Roberta(nn.Module):
             batch = self._as_batch(tokens)
             with self._mode():
                 out = self.model(batch, return_all_hiddens=return_all_hiddens)
-            return out.hidden_states if return_all_hiddens else out.last_hidden_state
+            return self._outputs(out.hidden_states if return_all_hiddens else out.last_hidden_state)
 
         def run(batch: torch.Tensor, lengths: list[int]) -> list:
             out = self.model(batch, return_all_hiddens=return_all_hiddens, unpad=True)
@@ -245,7 +270,7 @@ class Roberta(nn.Module):
         if isinstance(tokens, torch.Tensor):
             batch = self._as_batch(tokens)
             with self._mode():
-                logits = run(batch)
+                logits = self._outputs(run(batch))
         else:
             logits = torch.stack(self._batched(tokens, lambda batch, _: list(run(batch))))
         return logits if return_logits else F.log_softmax(logits, dim=-1)
@@ -316,6 +341,6 @@ class Roberta(nn.Module):
         with self._mode():
             for batch in length_batches(lengths, self.batch_tokens):
                 padded = pad([seqs[i] for i in batch], self.tokenizer.pad_id).to(self.device)
-                for i, result in zip(batch, run(padded, [lengths[i] for i in batch])):
+                for i, result in zip(batch, self._outputs(run(padded, [lengths[i] for i in batch]))):
                     results[i] = result
         return results

@@ -162,7 +162,7 @@ ANSWERS = {
         {
             "model": STRING,
             "runtime": {**STRING, "enum": list(RUNTIMES)},
-            "precision": {**STRING, "enum": ["fp32", "int8"]},
+            "precision": {**STRING, "enum": ["fp32", "bf16", "int8"]},
             "device": STRING,
             "shape": {"type": "object", "additionalProperties": INTEGER},
             "fill_mask": BOOLEAN,

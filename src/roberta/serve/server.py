@@ -10,6 +10,7 @@ flight to be answered, then the application's shutdown lets the batcher finish w
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ import torch
 from roberta.errors import UserError
 from roberta.hub import Roberta, check_device, load
 from roberta.options import ServeOptions, check
+from roberta.precision import inference_precision, reason
 from roberta.serve import endpoints
 from roberta.serve.app import build_app, check_origins
 from roberta.serve.auth import accepted_keys
@@ -48,30 +50,38 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def load_hub(options: ServeOptions) -> Roberta:
-    """The hub the server runs: the checkpoint in torch (int8 after printing its agreement), or
-    the ONNX export's graphs behind the same hub calls."""
+    """The hub the server runs, in --precision: the checkpoint in torch (int8 after printing its
+    agreement, bf16 by autocast), or the ONNX export's graphs behind the same hub calls."""
     if options.runtime == "onnx":
         from roberta.onnx_model import load_onnx
 
         if options.device != "cpu":
             raise UserError("--runtime onnx runs on the CPU (onnxruntime's CPU provider); drop --device")
+        precision = inference_precision(options.precision, options.int8, torch.device("cpu"), "onnx")
         # Threads that do not spin between operators: a server's request threads (JSON, tokenizing)
         # need the cores meanwhile (benchmarks/results/2026-11-27-onnx-under-load.md).
         threads = torch.get_num_threads()
-        hub = Roberta(*load_onnx(options.checkpoint, int8=options.int8, threads=threads, spin=False)).eval()
+        onnx = load_onnx(options.checkpoint, int8=precision == "int8", threads=threads, spin=False)
+        hub = Roberta(*onnx).eval()
+        hub.precision = precision  # the graphs' own; nothing to autocast
     else:
         device = check_device(options.device)
-        if options.int8:
+        precision = inference_precision(options.precision, options.int8, device)
+        if precision == "int8":
             from roberta.int8 import require_cpu
 
             require_cpu(device)
         hub = load(options.checkpoint).to(device)
-        if options.int8:
+        if precision == "int8":
             from roberta.infer import quantize_for_embed
             from roberta.int8 import sample_ids
 
             # A server has no input of its own to compare on: the agreement is printed on sample text.
             quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, None)
+        else:
+            hub.use_precision(precision)
+    requested = "int8" if options.int8 else options.precision
+    print(f"precision: {reason(requested, precision, hub.device)}", file=sys.stderr)
     hub.batch_tokens = options.max_batch_tokens
     return hub
 
@@ -100,7 +110,7 @@ def describe(hub: Roberta, options: ServeOptions, batcher: Batcher) -> dict:
     return {
         "model": Path(options.checkpoint).name,
         "runtime": options.runtime,
-        "precision": "int8" if options.int8 else "fp32",
+        "precision": hub.precision,
         "device": str(hub.device),
         "shape": {
             "layers": c.num_layers,
