@@ -15,6 +15,8 @@ Real paragraphs of ../shared/data/corpus (varied length, cut to 512 tokens) are 
                 (TorchScript exporter), fused by ORT's transformer optimizer (Attention,
                 SkipLayerNormalization, BiasGelu), ORT_ENABLE_ALL, the same thread count;
   ort-int8      that optimized graph through ORT's dynamic quantization (int8 weights).
+With --precision bf16 (a CPU with AMX or AVX512-BF16), ours runs under bf16 autocast and HF's
+model is loaded in bf16 (`torch_dtype=torch.bfloat16`, its pipeline's too).
 The ort rows run only where onnxruntime (and onnx) are installed: pip install -e '.[onnx]'.
 The host is shared and noisy, so the paragraphs are cut into slices and every slice is run by
 every system in turn (rotating who goes first); the totals are summed over slices.
@@ -227,6 +229,13 @@ def main() -> None:
     )
     parser.add_argument("--config", default="base", help="model preset (default base; tiny for a smoke run)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: ours under bf16 autocast (`use_precision`), HF's model and pipeline in torch.bfloat16 "
+        "(its torch_dtype), for CPUs with bf16 units (default fp32)",
+    )
     args = parser.parse_args()
     transformers.logging.set_verbosity_error()
     skip = tuple(s for s in args.skip.split(",") if s)
@@ -238,7 +247,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="embed-bench-"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)  # the HF copy and ONNX files: ~1.5 GB at base
     export_hf(workdir / "hf", hub.model, hub.tokenizer)  # the same weights, in HF's layout
-    hf_model = transformers.RobertaModel.from_pretrained(workdir / "hf", add_pooling_layer=False).eval()
+    hf_model = transformers.RobertaModel.from_pretrained(
+        workdir / "hf",
+        add_pooling_layer=False,
+        torch_dtype=torch.bfloat16 if args.precision == "bf16" else None,
+    ).eval()
+    hub.use_precision(args.precision)
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(workdir / "hf")
     pipe = transformers.pipeline("feature-extraction", model=hf_model, tokenizer=hf_tokenizer, device="cpu")
 
@@ -273,8 +287,8 @@ def main() -> None:
         vectors = run(warm)
         print(
             f"{name}: on the warm-up texts, max |difference| from ours "
-            f"{(vectors - reference).abs().max():.2e}, "
-            f"cosine min {F.cosine_similarity(vectors, reference, dim=-1).min():.5f}",
+            f"{(vectors.float() - reference).abs().max():.2e}, "
+            f"cosine min {F.cosine_similarity(vectors.float(), reference, dim=-1).min():.5f}",
             flush=True,
         )
 
@@ -301,7 +315,7 @@ def main() -> None:
 
     print(
         f"\n{n} paragraphs, {sum(lengths)} tokens (mean {sum(lengths) / n:.1f}, max {max(lengths)}), "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.precision}, "
         f"transformers {transformers.__version__}"
     )
     batchings = {

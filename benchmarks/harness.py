@@ -195,15 +195,17 @@ def thread_env(threads: int) -> dict[str, str]:
     }
 
 
-def peak_matmul_flops(threads: int) -> float:
-    """This CPU's fp32 rate on a 2048 x 2048 matrix product at `threads` threads, best of 3: a
-    larger product than the trainer's quick 512 one, so the peak is not set by call overhead."""
+def peak_matmul_flops(threads: int, precision: str = "fp32") -> float:
+    """This CPU's rate in `precision` (fp32, bf16) on a 2048 x 2048 matrix product at `threads`
+    threads, best of 3: a larger product than the trainer's quick 1024 one, so the peak is not set
+    by call overhead."""
     import torch
 
+    from roberta.precision import compute_dtype
     from roberta.train.metrics import measured_matmul_flops
 
     torch.set_num_threads(threads)
-    return measured_matmul_flops(size=2048, trials=3)
+    return measured_matmul_flops(compute_dtype(precision), size=2048, trials=3)
 
 
 def training_flops(
@@ -252,7 +254,10 @@ def machine() -> str:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     with open("/proc/meminfo") as f:
         mem_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
-    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {mem_kb / 2**20:.0f} GiB"
+    from roberta.precision import cpu_units
+
+    units = ", ".join(cpu_units().names())
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {mem_kb / 2**20:.0f} GiB, bf16/int8 units: {units}"
 
 
 def versions() -> str:

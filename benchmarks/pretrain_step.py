@@ -36,6 +36,7 @@ import torch
 import harness
 from roberta.config import RobertaConfig
 from roberta.data.masking import IGNORE_INDEX
+from roberta.precision import autocast
 from roberta.tasks.pretrain import mlm_loss
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer
@@ -126,7 +127,9 @@ def worker(side: str, shape: Shape, args: argparse.Namespace, corpus: Path) -> N
     optimizer = build_optimizer(model, OptimSection())
 
     def update(batch: dict) -> None:
-        loss(model, batch).backward()
+        with autocast(args.precision, torch.device("cpu")):  # both sides, as the trainer runs ours
+            value = loss(model, batch)
+        value.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -153,7 +156,7 @@ class Worker:
     def __init__(self, side: str, shape: Shape, args: argparse.Namespace):
         argv = [sys.executable, __file__, "--worker", side, "--models", str(args.models)]
         argv += ["--shapes", shape.spec, "--batch", str(args.batch), "--slices", str(args.slices)]
-        argv += ["--steps", str(args.steps), "--threads", str(args.threads)]
+        argv += ["--steps", str(args.steps), "--threads", str(args.threads), "--precision", args.precision]
         argv += ["--data", str(args.data), "--work", str(args.work)]
         self.side = side
         self.proc = subprocess.Popen(
@@ -221,9 +224,10 @@ def compare(shape: Shape, args: argparse.Namespace, corpus: Path, peak: float) -
         "HF": harness.training_flops(config, shape.seq_len, tokens, lm_scored=tokens) / tokens,
     }
     mfu = tuple(harness.Spread.of(rates[n]).median * per_token[n] / peak for n in ("ours", "HF"))
+    autocast_note = ", bf16 autocast (both)" if args.precision == "bf16" else ""
     name = (
         f"pretraining step (fwd + bwd + AdamW), {config.num_layers} x {config.hidden_size}, "
-        f"batch {args.batch} x {shape.seq_len}, vocab 50,265: ours vs HF RobertaForMaskedLM"
+        f"batch {args.batch} x {shape.seq_len}, vocab 50,265{autocast_note}: ours vs HF RobertaForMaskedLM"
     )
     return harness.compared(
         name,
@@ -249,7 +253,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1, help="steps of each side per slice (default 1)")
     p.add_argument("--threads", type=int, default=2)
     harness.add_data_and_work(p, harness.ROOT / "runs" / "bench", "cache: the prepared corpus")
-    p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
+    p.add_argument(
+        "--peak-gflops", type=float, help="the precision's matmul peak for MFU (default: measured now)"
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: both sides under bf16 autocast, as `--train.precision=bf16` runs ours (default fp32)",
+    )
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
     p.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)  # one side's process
     p.add_argument("--models", type=Path, help=argparse.SUPPRESS)  # the worker's model files
@@ -260,7 +272,11 @@ def main() -> None:
     if args.worker:
         worker(args.worker, shapes[0], args, corpus)
         return
-    peak = args.peak_gflops * 1e9 if args.peak_gflops else harness.peak_matmul_flops(args.threads)
+    peak = (
+        args.peak_gflops * 1e9
+        if args.peak_gflops
+        else harness.peak_matmul_flops(args.threads, args.precision)
+    )
     rows = [compare(shape, args, corpus, peak) for shape in shapes]
     print(harness.format_table(rows))
     harness.write_rows(args.json, rows)
