@@ -2,7 +2,8 @@
 
 Systems, each a server process on 127.0.0.1 serving the same weights (a random init of --config
 with a 2-class head, GPT-2's vocabulary):
-  ours          `roberta serve CKPT` (dynamic batching through the hub's list calls);
+  ours          `roberta serve CKPT --precision fp32` (dynamic batching through the hub's list calls);
+  ours-bf16     `roberta serve CKPT --precision bf16` (bf16 autocast: a CPU with AMX or AVX512-BF16);
   ours-onnx     `roberta serve EXPORT --runtime onnx` (the same batcher over onnxruntime);
   ours-int8     `roberta serve CKPT --int8` (torch's dynamic int8 Linear layers);
   ours-onnx-int8  `roberta serve EXPORT --runtime onnx --int8` (the export's int8 graphs);
@@ -167,7 +168,8 @@ def systems(paths: dict[str, Path], infinity: str | None, first_port: int) -> li
     serve = [sys.executable, "-m", "roberta.cli", "serve"]
     onnx = [str(paths["onnx"]), "--runtime", "onnx"]
     variants = {
-        "ours": [str(paths["ckpt"])],
+        "ours": [str(paths["ckpt"]), "--precision", "fp32"],
+        "ours-bf16": [str(paths["ckpt"]), "--precision", "bf16"],
         "ours-onnx": onnx,
         "ours-int8": [str(paths["ckpt"]), "--int8"],
         "ours-onnx-int8": [*onnx, "--int8"],
