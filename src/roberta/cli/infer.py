@@ -70,12 +70,14 @@ def _embed(p: argparse.ArgumentParser) -> Handler:
 
 
 def _predict(p: argparse.ArgumentParser) -> Handler:
-    """classify each row of a TSV, Parquet or Arrow file with a checkpoint's classification head
+    """classify each row of a TSV, Parquet or Arrow file with a classification head, or tag a file
 
     Runs the classification head --head on the text (or text pair) of each row of --input: a TSV
     file, or a .parquet / .arrow file whose text column(s) --columns names (default text). --out
     gets a header and per row the predicted label index and each class's probability (a one-output
-    regression head: its score); written under a temporary name, then renamed.
+    regression head: its score); written under a temporary name, then renamed. With a tagging --head,
+    --input is a CoNLL file (words in column 0 or --columns N) or JSONL/Parquet rows of `tokens`, and
+    --out gets each word's tag (CoNLL lines; JSONL rows where --out ends in .jsonl).
     """
     hub_options(p)
     p.add_argument("--head", help="classification head name (required without --task)")
@@ -102,6 +104,7 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> None:
         from roberta.infer import predict_file
+        from roberta.cli.tag import predict_or_tag
 
         if args.task:
             _predict_task(args)
@@ -109,7 +112,12 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
         if not args.head:
             raise UserError("predict: give --head (or --task for a GLUE test file)")
         run_line_file(
-            args, predict_file, "predictions", head=args.head, columns=args.columns, header=args.header
+            args,
+            predict_or_tag(predict_file),
+            "predictions",
+            head=args.head,
+            columns=args.columns,
+            header=args.header,
         )
 
     return run

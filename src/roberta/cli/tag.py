@@ -120,3 +120,26 @@ def evaluate_tag(p: argparse.ArgumentParser) -> Handler:
         print_figures(evaluate_tagged(args.gold, args.predictions, _columns(args), args.scheme))
 
     return run
+
+
+def predict_or_tag(predict_file):
+    """`predict`'s file call, which a tagging --head turns into tagging: --input a CoNLL file (words
+    in column 0, or the one --columns gives) or JSONL/Parquet rows of `tokens`; --out CoNLL lines
+    of word and tag (JSONL rows of tokens and tags where it ends in .jsonl)."""
+
+    def run(
+        roberta, *, head: str, columns: str | None = None, header: bool = False, int8: bool = False, **rest
+    ):
+        module = roberta.model.heads[head] if head in roberta.model.heads else None
+        if module is None or module.kind != "tagging":
+            return predict_file(roberta, head=head, columns=columns, header=header, int8=int8, **rest)
+        from roberta.errors import UserError
+        from roberta.hub.tag import tag_file
+
+        if columns is not None and not columns.isdigit():
+            raise UserError(f"--columns {columns!r}: a tagging head reads the words' column, a number")
+        if int8:
+            roberta.quantize()
+        return tag_file(roberta, rest["input"], rest["out"], head, int(columns or 0))
+
+    return run

@@ -216,3 +216,4 @@ def build_app(
     handlers[QueueFull] = _on_error
     stack = _middleware(options, keys, metrics, {route.path for route in routes})
     return Starlette(routes=routes, middleware=stack, exception_handlers=handlers, lifespan=lifespan)
+        "/tag": (endpoints.parse_tag, lambda r, p: endpoints.tagged(p.key[1], r)),

@@ -118,6 +118,13 @@ ANSWERS = {
         {
             "fillings": _array(
                 _array(
+    "/tag": _object(
+        {
+            "text": {**TEXTS, "description": "texts to tag; one longer than the model is read whole"},
+            "head": {**STRING, "description": "a tagging head (may be left out when there is one)"},
+        },
+        ("text",),
+    ),
                     _object(
                         {"sequence": STRING, "score": NUMBER, "token": STRING}, ("sequence", "score", "token")
                     )
@@ -178,6 +185,27 @@ ANSWERS = {
     ),
     "/openapi.json": {"type": "object", "description": "this document"},
 }
+    "/tag": _object(
+        {
+            "head": STRING,
+            "entities": _array(
+                _array(
+                    _object(
+                        {
+                            "type": STRING,
+                            "text": STRING,
+                            "start": {**INTEGER, "description": "first character, in the text"},
+                            "end": {**INTEGER, "description": "past the last character"},
+                            "score": NUMBER,
+                        },
+                        ("type", "text", "start", "end", "score"),
+                    ),
+                    description="one list per text, in order",
+                )
+            ),
+        },
+        ("head", "entities"),
+    ),
 
 SUMMARIES = {
     "/": "the page that tries the endpoints in a browser",
@@ -211,6 +239,7 @@ def _refusal(description: str) -> dict:
         "description": description,
         **_content("application/json", {"$ref": "#/components/schemas/Error"}),
     }
+    "/tag": "the entities of each text (type, characters, score) from a tagging head",
 
 
 def _operation(path: str, method: str, keys_required: bool) -> dict:
