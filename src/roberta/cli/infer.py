@@ -103,8 +103,8 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.infer import predict_file
         from roberta.cli.tag import predict_or_tag
+        from roberta.infer import predict_file
 
         if args.task:
             _predict_task(args)

@@ -191,6 +191,7 @@ def build_app(
         "/embed": (endpoints.parse_embed, lambda r, p: endpoints.embeddings(r)),
         "/predict": (endpoints.parse_predict, lambda r, p: endpoints.predictions(hub, p.key[1], r)),
         "/answer": (endpoints.parse_answer, lambda r, p: endpoints.answers(r)),
+        "/tag": (endpoints.parse_tag, lambda r, p: endpoints.tagged(p.key[1], r)),
         "/v1/embeddings": (
             endpoints.parse_openai_embeddings,
             lambda r, p: endpoints.openai_embeddings(r, p, model_name),
@@ -216,4 +217,3 @@ def build_app(
     handlers[QueueFull] = _on_error
     stack = _middleware(options, keys, metrics, {route.path for route in routes})
     return Starlette(routes=routes, middleware=stack, exception_handlers=handlers, lifespan=lifespan)
-        "/tag": (endpoints.parse_tag, lambda r, p: endpoints.tagged(p.key[1], r)),

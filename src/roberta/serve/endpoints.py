@@ -166,6 +166,18 @@ def parse_answer(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     return _bounded(Parsed(("answer", head, topk), [(question, context)], [tokens]), options)
 
 
+def parse_tag(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
+    """Texts to tag: a text longer than the model is read whole (in windows), so only the
+    request's token bound limits it."""
+    texts = _texts(body, options)
+    head = _field(body, "head", str, _only_head(hub, "tagging", ""))
+    if not head:
+        raise UserError("field 'head' is required: the checkpoint has several tagging heads, or none")
+    hub.head(head, "tagging")
+    lengths = [len(ids) + 2 for ids in hub.tokenizer.tokenize_ids_batch(texts)]
+    return _bounded(Parsed(("tag", head), texts, lengths), options)
+
+
 def run(hub: Roberta, key: tuple, items: list) -> Sequence:
     """The hub's list call for one round's items of one key: one result per item, in order."""
     what = key[0]
@@ -178,6 +190,8 @@ def run(hub: Roberta, key: tuple, items: list) -> Sequence:
     if what == "answer":
         questions, contexts = zip(*items)
         return hub.answer(list(questions), list(contexts), topk=key[2], name=key[1])
+    if what == "tag":
+        return hub.tag(items, name=key[1])
     raise ValueError(f"no endpoint runs {key!r}")
 
 
@@ -196,18 +210,6 @@ def embeddings(results: list) -> dict:
 
 def openai_embeddings(results: list, parsed: Parsed, model: str) -> dict:
     return {
-def parse_tag(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
-    """Texts to tag: a text longer than the model is read whole (in windows), so only the
-    request's token bound limits it."""
-    texts = _texts(body, options)
-    head = _field(body, "head", str, _only_head(hub, "tagging", ""))
-    if not head:
-        raise UserError("field 'head' is required: the checkpoint has several tagging heads, or none")
-    hub.head(head, "tagging")
-    lengths = [len(ids) + 2 for ids in hub.tokenizer.tokenize_ids_batch(texts)]
-    return _bounded(Parsed(("tag", head), texts, lengths), options)
-
-
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(results)],
         "model": model,
@@ -220,8 +222,6 @@ def predictions(hub: Roberta, head: str, results: list[torch.Tensor]) -> dict:
     module = hub.model.heads[head]
     out = []
     for logits in results:
-    if what == "tag":
-        return hub.tag(items, name=key[1])
         if len(logits) == 1:
             out.append({"score": float(logits[0])})
             continue
@@ -237,11 +237,11 @@ def label_names(head) -> list[str]:
     return list(head.labels) or [str(i) for i in range(head.spec()["num_classes"])]
 
 
-def answers(results: list) -> dict:
-    (spans,) = results
-    return {"answers": [{"text": text, "score": score, "start": start} for text, score, start in spans]}
 def tagged(head: str, results: list) -> dict:
     """Each text's entities: type, text, character offsets [start, end) and score."""
     return {"head": head, "entities": results}
 
 
+def answers(results: list) -> dict:
+    (spans,) = results
+    return {"answers": [{"text": text, "score": score, "start": start} for text, score, start in spans]}

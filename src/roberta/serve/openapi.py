@@ -102,6 +102,13 @@ REQUESTS = {
         },
         ("question", "context"),
     ),
+    "/tag": _object(
+        {
+            "text": {**TEXTS, "description": "texts to tag; one longer than the model is read whole"},
+            "head": {**STRING, "description": "a tagging head (may be left out when there is one)"},
+        },
+        ("text",),
+    ),
 }
 
 PREDICTION = {
@@ -118,13 +125,6 @@ ANSWERS = {
         {
             "fillings": _array(
                 _array(
-    "/tag": _object(
-        {
-            "text": {**TEXTS, "description": "texts to tag; one longer than the model is read whole"},
-            "head": {**STRING, "description": "a tagging head (may be left out when there is one)"},
-        },
-        ("text",),
-    ),
                     _object(
                         {"sequence": STRING, "score": NUMBER, "token": STRING}, ("sequence", "score", "token")
                     )
@@ -164,27 +164,6 @@ ANSWERS = {
         },
         ("answers",),
     ),
-    "/health": _object({"status": {**STRING, "const": "ok"}}, ("status",)),
-    "/info": _object(
-        {
-            "model": STRING,
-            "runtime": {**STRING, "enum": list(RUNTIMES)},
-            "precision": {**STRING, "enum": ["fp32", "int8"]},
-            "device": STRING,
-            "shape": {"type": "object", "additionalProperties": INTEGER},
-            "fill_mask": BOOLEAN,
-            "heads": {
-                "type": "object",
-                "additionalProperties": _object({"kind": STRING, "labels": _array(STRING)}, ("kind",)),
-            },
-            "tokenizer": {"type": "object"},
-            "batching": {"type": "object"},
-            "limits": {"type": "object"},
-            "counts": {"type": "object", "additionalProperties": INTEGER},
-        }
-    ),
-    "/openapi.json": {"type": "object", "description": "this document"},
-}
     "/tag": _object(
         {
             "head": STRING,
@@ -206,6 +185,27 @@ ANSWERS = {
         },
         ("head", "entities"),
     ),
+    "/health": _object({"status": {**STRING, "const": "ok"}}, ("status",)),
+    "/info": _object(
+        {
+            "model": STRING,
+            "runtime": {**STRING, "enum": list(RUNTIMES)},
+            "precision": {**STRING, "enum": ["fp32", "int8"]},
+            "device": STRING,
+            "shape": {"type": "object", "additionalProperties": INTEGER},
+            "fill_mask": BOOLEAN,
+            "heads": {
+                "type": "object",
+                "additionalProperties": _object({"kind": STRING, "labels": _array(STRING)}, ("kind",)),
+            },
+            "tokenizer": {"type": "object"},
+            "batching": {"type": "object"},
+            "limits": {"type": "object"},
+            "counts": {"type": "object", "additionalProperties": INTEGER},
+        }
+    ),
+    "/openapi.json": {"type": "object", "description": "this document"},
+}
 
 SUMMARIES = {
     "/": "the page that tries the endpoints in a browser",
@@ -218,6 +218,7 @@ SUMMARIES = {
     "/v1/embeddings": "one vector per text, in OpenAI's request and answer",
     "/predict": "a classification head's label and probabilities per text",
     "/answer": "the spans of a passage that answer a question",
+    "/tag": "the entities of each text (type, characters, score) from a tagging head",
 }
 
 # Besides the answer, what every POST may get: each an {"error"} object.
@@ -239,7 +240,6 @@ def _refusal(description: str) -> dict:
         "description": description,
         **_content("application/json", {"$ref": "#/components/schemas/Error"}),
     }
-    "/tag": "the entities of each text (type, characters, score) from a tagging head",
 
 
 def _operation(path: str, method: str, keys_required: bool) -> dict:
