@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from roberta.cli import winograd as winograd_cli
 from roberta.cli.common import Handler, hub_options, line_file_options, load_hub, run_line_file
 from roberta.errors import UserError
 
@@ -107,7 +108,8 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
         from roberta.infer import predict_file
 
         if args.task:
-            _predict_task(args)
+            if not winograd_cli.predict_task(args):
+                _predict_task(args)
             return
         if not args.head:
             raise UserError("predict: give --head (or --task for a GLUE test file)")

@@ -1,0 +1,101 @@
+"""Winograd and CommonsenseQA from files to figures and leaderboard files: zero-shot scoring of any
+masked LM on WSC273 / WinoGrande dev / SuperGLUE WSC val, and the test-set submissions
+(SuperGLUE WSC, WinoGrande, CommonsenseQA, GLUE WNLI from a WSC model).
+
+    zero_shot("runs/x/checkpoints/step-N", wsc273="WSCollection.xml", winogrande="dev.jsonl")
+    # {"wsc273": {"accuracy": 51.3, "count": 273}, "winogrande": {...}}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roberta.checkpoint import require_lm_head
+from roberta.errors import UserError
+from roberta.io import atomic_write
+from roberta.tasks.candidate_scoring import accuracy, score_schemas
+from roberta.tasks.choice import (
+    COMMONSENSEQA,
+    LETTERS,
+    WINOGRANDE,
+    predict_options,
+    read_commonsenseqa,
+    read_winogrande,
+)
+from roberta.tasks.winograd_data import read_superglue_wsc, read_winogrande_schemas, read_wsc273
+
+COMMONSENSEQA_HEAD, WINOGRANDE_HEAD = "commonsenseqa", "winogrande"
+
+
+def winograd_sets(
+    wsc273: str | Path | None = None,
+    winogrande: str | Path | None = None,
+    superglue: str | Path | None = None,
+) -> dict[str, tuple[list, bool]]:
+    """The held-out sets given, read: name -> (schemas, strict)."""
+    sets = {}
+    if superglue:
+        sets["superglue"] = (read_superglue_wsc(superglue, labelled=True)[0], False)
+    if wsc273:
+        sets["wsc273"] = (read_wsc273(wsc273), True)
+    if winogrande:
+        sets["winogrande"] = (read_winogrande_schemas(winogrande), True)
+    if not sets:
+        raise UserError("give at least one of --wsc273, --winogrande, --superglue")
+    return sets
+
+
+def zero_shot(
+    model_path: str | Path,
+    wsc273: str | Path | None = None,
+    winogrande: str | Path | None = None,
+    superglue: str | Path | None = None,
+) -> dict[str, dict]:
+    """Each set's accuracy (percent) and count by candidate scoring with `model_path`'s masked LM,
+    as it is: a pretraining checkpoint, a WSC-fine-tuned one, an HF or fairseq model."""
+    from roberta.convert import load_any
+
+    sets = winograd_sets(wsc273, winogrande, superglue)  # the files first: a bad one costs no model load
+    model, tokenizer = load_any(model_path)
+    require_lm_head(model, "evaluate winograd (candidates are scored by the masked LM)")
+    model.eval()
+    return {
+        name: accuracy(schemas, score_schemas(model, tokenizer, schemas), strict)
+        for name, (schemas, strict) in sets.items()
+    }
+
+
+def predict_wsc(roberta, input: str | Path, out: str | Path) -> int:
+    """SuperGLUE's WSC submission (`WSC.jsonl`: {"idx": N, "label": "True"|"False"} a line) for a
+    test file, by candidate scoring with the hub's masked LM."""
+    require_lm_head(roberta.model, "predict --task WSC")
+    schemas, _ = read_superglue_wsc(input, labelled=False)
+    scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas)
+    with atomic_write(out) as f:
+        for schema, (query, *others) in zip(schemas, scores):
+            label = all(query >= c for c in others)
+            f.write(f'{{"idx": {int(schema.id)}, "label": "{label}"}}\n')
+    return len(schemas)
+
+
+def predict_winogrande(roberta, input: str | Path, out: str | Path) -> int:
+    """WinoGrande's leaderboard file: the predicted option ("1" or "2") of each test row, a line
+    each, in the file's order, by the ranking head `winogrande`."""
+    examples = read_winogrande(input, labelled=False)
+    predictions = predict_options(roberta, WINOGRANDE_HEAD, examples, WINOGRANDE)
+    with atomic_write(out) as f:
+        f.writelines(f"{p + 1}\n" for p in predictions)
+    return len(examples)
+
+
+def predict_commonsenseqa(roberta, input: str | Path, out: str | Path) -> int:
+    """CommonsenseQA's leaderboard file: `id,letter` a line (the test file's order), by the ranking
+    head `commonsenseqa`."""
+    examples = read_commonsenseqa(input, labelled=False)
+    predictions = predict_options(roberta, COMMONSENSEQA_HEAD, examples, COMMONSENSEQA)
+    with atomic_write(out) as f:
+        f.writelines(f"{e.id},{LETTERS[p]}\n" for e, p in zip(examples, predictions))
+    return len(examples)
+
+
+PREDICTORS = {"wsc": predict_wsc, "winogrande": predict_winogrande, "commonsenseqa": predict_commonsenseqa}

@@ -1,0 +1,235 @@
+"""Winograd schemas as the masked LM scores them: SuperGLUE WSC's JSONL, the original collection's
+XML (WSC273), WinoGrande's JSONL and GLUE WNLI's pairs, each read into `Schema`s.
+
+A `Schema` is a text cut at its pronoun (`prefix`, `suffix`), the candidate asked about (`query`)
+and the other candidates: the model fills the pronoun's place with `<mask>`s, one per token of a
+candidate, and scores the candidate by its tokens' log-probabilities there (candidate_scoring.py).
+
+SuperGLUE's spans are word indices into `text.split(" ")`. A few do not sit exactly where their
+index says (punctuation or a possessive attached, a newline in the text, case, and val row 42's
+pronoun one word early): as fairseq's `wsc_utils.jsonl_iterator` does, a span is looked for near
+its index, comparing words without the punctuation around them, case and a possessive 's. The
+pronoun (span2) must be found within `WINDOW` words of its index, or the row is refused; the
+candidate (span1) is scored by its text wherever it is, so one not found (three test rows name
+people the text never writes together) is only counted.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roberta.errors import UserError
+from roberta.tasks.noun_phrases import PRONOUNS, bare, candidates_for, join_words
+from roberta.tasks.rows import read_lines, read_records
+
+WINDOW = 3  # words either side of a span's index where its text is looked for
+WSC273 = 273  # the first 273 schemas of the collection are WSC273
+
+
+@dataclass(frozen=True)
+class Schema:
+    """One question for the masked LM: the text is `prefix + space + <candidate> + suffix`."""
+
+    id: str  # SuperGLUE's idx, WinoGrande's qID, the schema's number in the collection
+    prefix: str
+    space: str  # " " where a space separates the pronoun from what precedes it, else ""
+    suffix: str
+    query: str | None  # the candidate asked about (SuperGLUE's span1; the right answer otherwise)
+    candidates: tuple[str, ...]  # the others it must outscore
+    label: bool | None  # SuperGLUE: is the query the referent? (None: unlabelled); True otherwise
+    line: int = 0
+
+
+@dataclass
+class Placement:
+    """How the spans of a SuperGLUE file were found: at their index, moved, or not found."""
+
+    rows: int = 0
+    inexact: int = 0  # spans found whose words differ from their text (punctuation, case, 's)
+    moved: list[str] = field(default_factory=list)  # "line N: span2 'it' index 30 -> 31"
+    unplaced: list[str] = field(default_factory=list)  # span1s scored by their text alone
+
+    def summary(self) -> str:
+        return (
+            f"{self.rows} rows: {self.inexact} spans found with other punctuation, case or 's than their "
+            f"text, {len(self.moved)} near (not at) their index, "
+            f"{len(self.unplaced)} candidate spans not found in their text"
+        )
+
+
+def find_span(words: list[str], text: str, index: int) -> int | None:
+    """The word index nearest `index` (within WINDOW) where `text`'s words stand, compared
+    without the punctuation around them, case and a possessive 's; None where it is not."""
+    wanted = [_key(w) for w in text.split()]
+    for offset in sorted(range(-WINDOW, WINDOW + 1), key=lambda d: (abs(d), -d)):
+        start = index + offset
+        if 0 <= start and start + len(wanted) <= len(words):
+            if [_key(w) for w in words[start : start + len(wanted)]] == wanted:
+                return start
+    return None
+
+
+def _key(word: str) -> str:
+    return re.sub(r"(?:'s|’s)$", "", bare(word))
+
+
+def cut_at(words: list[str], index: int, pronoun: str) -> tuple[str, str, str]:
+    """(prefix, space, suffix) of the text with the pronoun at word `index` taken out; what is
+    attached to the pronoun's word (a quote before, a comma after) stays in the text."""
+    word = words[index]
+    at = word.lower().find(pronoun.lower())
+    lead, rest = (word[:at], word[at + len(pronoun) :]) if at >= 0 else ("", word[len(bare(word)) :])
+    text = join_words([*words[:index], lead + "\x00" + rest, *words[index + 1 :]])
+    prefix, suffix = text.split("\x00")
+    if lead or not prefix.endswith(" "):
+        return prefix, "", suffix
+    return prefix[:-1], " ", suffix
+
+
+def read_superglue_wsc(path: str | Path, labelled: bool) -> tuple[list[Schema], Placement]:
+    """SuperGLUE WSC's JSONL (text, target{span1_index, span1_text, span2_index, span2_text}, idx,
+    and a JSON boolean label where `labelled`); candidates are the text's noun phrases."""
+    path = Path(path)
+    columns = ["text", "target", "idx", *(["label"] if labelled else [])]
+    schemas, placement = [], Placement()
+    for line, record in read_records(path, columns):
+        schemas.append(_superglue_row(path, line, record, labelled, placement))
+    if not schemas:
+        raise UserError(f"{path}: no rows")
+    placement.rows = len(schemas)
+    return schemas, placement
+
+
+def _superglue_row(path: Path, line: int, record: dict, labelled: bool, placement: Placement) -> Schema:
+    where = f"{path}:{line}"
+    text, target = record["text"], record["target"]
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where}: field 'text' must be a non-empty string")
+    if not isinstance(target, dict):
+        raise UserError(f"{where}: field 'target' must be an object")
+    words = text.split(" ")
+    spans = {}
+    for k in ("1", "2"):
+        index, span = target.get(f"span{k}_index"), target.get(f"span{k}_text")
+        if type(index) is not int or not isinstance(span, str) or not span.strip():
+            raise UserError(f"{where}: target.span{k}_index must be a number and target.span{k}_text a text")
+        if not 0 <= index < len(words):
+            raise UserError(f"{where}: target.span{k}_index {index} is outside the text's {len(words)} words")
+        spans[k] = (index, " ".join(span.split()))
+    (q_index, query), (p_index, pronoun) = spans["1"], spans["2"]
+    found = find_span(words, pronoun, p_index)
+    if found is None:
+        raise UserError(
+            f"{where}: target.span2_text {pronoun!r} is nowhere near target.span2_index {p_index} "
+            f"(word {p_index} is {words[p_index]!r})"
+        )
+    if found != p_index:
+        placement.moved.append(f"line {line}: span2 {pronoun!r} index {p_index} -> {found}")
+    q_found = find_span(words, query, q_index)
+    if q_found is None:
+        placement.unplaced.append(f"line {line}: span1 {query!r} at index {q_index}")
+    elif q_found != q_index:
+        placement.moved.append(f"line {line}: span1 {query!r} index {q_index} -> {q_found}")
+    placement.inexact += sum(
+        at is not None and " ".join(words[at : at + len(span.split())]) != span
+        for at, span in ((found, pronoun), (q_found, query))
+    )
+    query_at = None if q_found is None else (q_found, q_found + len(query.split()))
+    prefix, space, suffix = cut_at(words, found, pronoun)
+    return Schema(
+        id=str(record["idx"]),
+        prefix=prefix,
+        space=space,
+        suffix=suffix,
+        query=query,
+        candidates=tuple(candidates_for(words, found, query, query_at)),
+        label=_boolean(record["label"], where) if labelled else None,
+        line=line,
+    )
+
+
+def _boolean(value: object, where: str) -> bool:
+    # The SuperGLUE files write JSON booleans; some copies write "true"/"false".
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise UserError(f"{where}: field 'label' must be true or false, not {value!r}")
+
+
+def read_wsc273(path: str | Path, limit: int = WSC273) -> list[Schema]:
+    """The first `limit` schemas of the Winograd collection's XML (WSCollection.xml): txt1, pron,
+    txt2, two answers and the correct one (A or B); the right answer is the query."""
+    path = Path(path)
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        raise UserError(f"{path}:{e.position[0]}: invalid XML ({e})") from None
+    schemas = []
+    for number, node in enumerate(root.iter("schema"), start=1):
+        if number > limit:
+            break
+        where = f"{path}: schema {number}"
+        txt1, pron, txt2 = (
+            " ".join((node.findtext(f"text/{k}") or "").split()) for k in ("txt1", "pron", "txt2")
+        )
+        answers = [" ".join((a.text or "").split()) for a in node.iter("answer")]
+        correct = re.sub(r"[^A-Z]", "", (node.findtext("correctAnswer") or "").upper())
+        if not pron or len(answers) != 2 or not all(answers):
+            raise UserError(f"{where}: needs a pron and two answers")
+        if correct not in ("A", "B"):
+            raise UserError(f"{where}: correctAnswer {node.findtext('correctAnswer')!r} is not A or B")
+        right = "AB".index(correct)
+        words = [*txt1.split(), "\x00", *txt2.split()]
+        prefix, suffix = join_words(words).split("\x00")
+        schemas.append(
+            Schema(
+                str(number),
+                prefix.rstrip(" "),
+                " " if txt1 else "",
+                suffix,
+                answers[right],
+                (answers[1 - right],),
+                True,
+            )
+        )
+    if len(schemas) < limit:
+        raise UserError(f"{path}: {len(schemas)} schemas, expected at least {limit}")
+    return schemas
+
+
+def read_winogrande_schemas(path: str | Path, labels: str | Path | None = None) -> list[Schema]:
+    """WinoGrande's JSONL (sentence with one "_", option1, option2, answer "1"/"2", or the answers
+    in `labels`, one a line) as schemas: the right option is the query, the other the candidate."""
+    from roberta.tasks.choice import read_winogrande
+
+    schemas = []
+    for example in read_winogrande(path, labels, labelled=True):
+        sentence = example.question
+        blank = sentence.index("_")
+        right = example.label
+        schemas.append(
+            Schema(
+                example.id,
+                sentence[:blank].rstrip(" "),
+                " " if sentence[:blank].endswith(" ") else "",
+                sentence[blank + 1 :],
+                example.options[right],
+                (example.options[1 - right],),
+                True,
+                example.line,
+            )
+        )
+    return schemas
+
+
+def read_lines_checked(path: str | Path) -> list[tuple[int, str]]:
+    """The non-blank lines of a labels file, numbered."""
+    return [(n, line.strip()) for n, line in read_lines(Path(path)) if line.strip()]
+
+
+def is_pronoun(word: str) -> bool:
+    return bare(word) in PRONOUNS
