@@ -21,6 +21,7 @@ from roberta.tokenizer.engines import (
     SPACE_MARKER,
     Engine,
     byte_level_engine,
+    cut_long_runs,
     symbol_engine,
     tiktoken_encoding,
     tiktoken_ids,
@@ -40,6 +41,11 @@ from roberta.tokenizer.readers import (
 
 def _wordpiece_engine(read: VocabularyFiles) -> tokenizers.Tokenizer:
     return wordpiece_engine(read.vocab, read.tokens[read.roles["unk"]], read.lowercase, read.strip_accents)
+
+
+def _pieces(text: str, cuts: list[int]) -> list[str]:
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def _role_id(role: str) -> property:
@@ -288,6 +294,12 @@ class Tokenizer:
         """All texts' model ids concatenated (int32) and each text's token count (int64): the form a
         binarized corpus wants, without a Python list per token."""
         texts = list(texts)
+        cuts = [cut_long_runs(t) for t in texts] if self.kind in ("gpt2", "hf") else []
+        if any(cuts):  # a whitespace run too long for the regex: its pieces, encoded apart
+            pieces = [piece for text, at in zip(texts, cuts) for piece in _pieces(text, at)]
+            ids, lengths = self.tokenize_ids_flat(pieces, engine=engine)
+            starts = np.cumsum([0] + [len(at) + 1 for at in cuts[:-1]])
+            return ids, np.add.reduceat(lengths, starts)
         if (engine or self.engine) == "tiktoken":
             if self._tiktoken is None:
                 raise ValueError(f"the tiktoken engine is not available for this {self.kind} tokenizer")
@@ -300,13 +312,16 @@ class Tokenizer:
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Model ids and each token's (start, end) character span in `text`, leading space excluded."""
-        encoding = self._reference.encode(text, add_special_tokens=False)
-        ids = (
-            encoding.ids
-            if self._reference_to_model is None
-            else self._reference_to_model[encoding.ids].tolist()
-        )
-        return ids, encoding.offsets
+        cuts = cut_long_runs(text) if self.kind in ("gpt2", "hf") else []  # the byte-level regex's
+        ids, offsets, start = [], [], 0
+        for piece in _pieces(text, cuts):
+            encoding = self._reference.encode(piece, add_special_tokens=False)
+            ids += encoding.ids
+            offsets += [(a + start, b + start) for a, b in encoding.offsets] if start else encoding.offsets
+            start += len(piece)
+        if self._reference_to_model is not None:
+            ids = self._reference_to_model[ids].tolist()
+        return ids, offsets
 
     def encode(
         self,
