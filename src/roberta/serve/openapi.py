@@ -61,6 +61,8 @@ EMBED = _object(
     ("text",),
 )
 
+# A request's fields are these and no others: a field the server does not read is refused (400
+# naming it), never ignored (`endpoints.check_fields`).
 REQUESTS = {
     "/fill-mask": _object(
         {
@@ -78,8 +80,22 @@ REQUESTS = {
     "/v1/embeddings": _object(
         {
             "input": TEXTS,
-            "model": {**STRING, "description": "ignored: the server serves one model"},
-            "encoding_format": {**STRING, "enum": ["float"], "default": "float"},
+            "model": {**STRING, "description": "any: the server serves one model, named in the answer"},
+            "encoding_format": {
+                **STRING,
+                "enum": ["float", "base64"],
+                "default": "float",
+                "description": "base64: each vector's float32 values, little-endian, as OpenAI sends them",
+            },
+            "dimensions": {
+                **INTEGER,
+                "minimum": 1,
+                "description": "the first N components, scaled to length 1 (at most the vector's width)",
+            },
+            "user": {
+                **STRING,
+                "description": "the end user, for the client's records: answers do not depend on it",
+            },
             **{name: EMBED["properties"][name] for name in ("pair", "layer", "pool", "truncate")},
         },
         ("input",),
@@ -110,6 +126,9 @@ REQUESTS = {
         ("text",),
     ),
 }
+
+for _schema in REQUESTS.values():
+    _schema["additionalProperties"] = False
 
 PREDICTION = {
     "oneOf": [
@@ -142,7 +161,9 @@ ANSWERS = {
                     {
                         "object": {**STRING, "const": "embedding"},
                         "index": INTEGER,
-                        "embedding": _array(NUMBER),
+                        "embedding": {
+                            "oneOf": [_array(NUMBER), {**STRING, "description": "encoding_format base64"}]
+                        },
                     },
                     ("object", "index", "embedding"),
                 )
