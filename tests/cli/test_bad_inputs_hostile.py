@@ -11,9 +11,11 @@ through `embed`, `predict` and `prepare` like any other text.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from roberta import RobertaConfig, RobertaModel, cli
 from roberta.checkpoint import save
 from roberta.hub import load
 from roberta.tokenizer import load_tokenizer
+from roberta.tokenizer.training import train_wordpiece
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,6 +46,10 @@ class Assets:
     root: Path
     checkpoint: Path  # a byte-level micro model with a 3-class head "sentiment", 66 positions
     dev: Path  # four scored pairs
+    wordpiece: Path  # the same model on a WordPiece vocabulary trained here (vocab.txt), cased
+    export: Path  # the WordPiece checkpoint exported to ONNX
+    bert_json: dict  # its vocabulary as a BERT tokenizer.json
+    byte_json: dict  # the byte-level vocabulary as a RoBERTa tokenizer.json
 
 
 @dataclass
@@ -70,6 +77,30 @@ class Env(refusals.Env):
 
     def text(self, content: str = SENTENCES) -> str:
         return self.file("sentences.txt", content)
+
+    def tokenizer_json(self, source: dict, edit: Callable[[dict], object]) -> str:
+        """A directory holding only `source` as tokenizer.json, edited."""
+        obj = copy.deepcopy(source)
+        edit(obj)
+        return str(Path(self.file("tok/tokenizer.json", json.dumps(obj))).parent)
+
+    def prepare(self, tokenizer: str) -> list[str]:
+        options = ["--tokenizer", tokenizer, "--out", str(self.work / "corpus"), "--workers", "1"]
+        return ["prepare", self.text(), *options, "--no-progress"]
+
+    def wordpiece_copy(self, damage: Callable[[Path], object]) -> str:
+        """The WordPiece checkpoint with a tokenizer.json beside its vocab.txt, `damage`d."""
+        copy = self.work / "wordpiece"
+        shutil.copytree(self.assets.wordpiece, copy)
+        (copy / "tokenizer.json").write_text(json.dumps(self.assets.bert_json))
+        damage(copy)
+        return str(copy)
+
+    def export_copy(self, damage: Callable[[Path], object]) -> list[str]:
+        copy = self.work / "export"
+        shutil.copytree(self.assets.export, copy)
+        damage(copy)
+        return ["serve", str(copy), "--runtime", "onnx", "--port", "0"]
 
 
 def minilm() -> str:
@@ -124,7 +155,137 @@ def distill(env: Env, teacher: str, dev: str | None = None) -> list[str]:
     ]
 
 
+def json_edit(path: str, edit: Callable[[dict], object]) -> Callable[[Path], None]:
+    def damage(directory: Path) -> None:
+        obj = json.loads((directory / path).read_text())
+        edit(obj)
+        (directory / path).write_text(json.dumps(obj))
+
+    return damage
+
+
+def truncated(path: str) -> Callable[[Path], None]:
+    def damage(directory: Path) -> None:
+        data = (directory / path).read_bytes()
+        (directory / path).write_bytes(data[: len(data) // 2])
+
+    return damage
+
+
+def swap_ids(obj: dict) -> None:
+    vocab = obj["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[10:12]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+
+
+def setter(path: str, value) -> Callable[[dict], None]:
+    """An edit setting a dotted field ("normalizer.lowercase") of a JSON object (None: removing it)."""
+    *parents, name = path.split(".")
+
+    def edit(obj: dict) -> None:
+        for part in parents:
+            obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+        if value is None:
+            del obj[name]
+        else:
+            obj[name] = value
+
+    return edit
+
+
+def bert_json(field: str, value) -> Callable[[Env], list[str]]:
+    return lambda e: e.prepare(e.tokenizer_json(e.assets.bert_json, setter(field, value)))
+
+
+def byte_json(field: str, value) -> Callable[[Env], list[str]]:
+    return lambda e: e.prepare(e.tokenizer_json(e.assets.byte_json, setter(field, value)))
+
+
+def convert(damage: Callable[[Path], object]) -> Callable[[Env], list[str]]:
+    return lambda e: ["convert", e.wordpiece_copy(damage), str(e.work / "hf")]
+
+
 CASES = [
+    Case(
+        "tokenizer-json/lowercase-a-string",
+        "tok/tokenizer.json: field 'normalizer.lowercase' must be true or false, not \"yes\"",
+        argv=bert_json("normalizer.lowercase", "yes"),
+    ),
+    Case(
+        "tokenizer-json/lowercase-missing",
+        "field 'normalizer.lowercase' must be true or false, not missing",
+        argv=bert_json("normalizer.lowercase", None),
+    ),
+    Case(
+        "tokenizer-json/strip-accents-a-string",
+        "field 'normalizer.strip_accents' must be true or false, not \"no\"",
+        argv=bert_json("normalizer.strip_accents", "no"),
+    ),
+    Case(
+        "tokenizer-json/max-chars-a-string",
+        "field 'model.max_input_chars_per_word' must be an integer, not \"100\"",
+        argv=bert_json("model.max_input_chars_per_word", "100"),
+    ),
+    Case(
+        "tokenizer-json/added-token-flag-a-string",
+        "field 'added_tokens[0].special' must be true or false, not 1",
+        argv=bert_json("added_tokens.0.special", 1),
+    ),
+    Case(
+        "tokenizer-json/add-prefix-space-a-string",
+        "field 'pre_tokenizer.add_prefix_space' must be true or false, not \"false\"",
+        argv=byte_json("pre_tokenizer.add_prefix_space", "false"),
+    ),
+    Case(
+        "tokenizer-json/bpe-ignore-merges",
+        "model.ignore_merges is True; RoBERTa's BPE has none",
+        argv=byte_json("model.ignore_merges", True),
+    ),
+    Case(
+        "tokenizer-json/library-refuses-the-decoder",
+        "tok/tokenizer.json: the tokenizers library cannot read it",
+        argv=byte_json("decoder", {"type": "NoSuchDecoder"}),
+    ),
+    Case(
+        "convert/vocab-txt-beside-a-damaged-tokenizer-json",
+        "wordpiece/tokenizer.json:1: invalid JSON",
+        argv=convert(truncated("tokenizer.json")),
+    ),
+    Case(
+        "convert/vocab-txt-ids-disagree-with-tokenizer-json",
+        "the two files disagree",
+        argv=convert(json_edit("tokenizer.json", swap_ids)),
+    ),
+    Case(
+        "convert/vocab-txt-case-disagrees-with-tokenizer-json",
+        "normalizer gives lowercase true, ",
+        argv=convert(json_edit("tokenizer.json", setter("normalizer.lowercase", True))),
+    ),
+    Case(
+        "serve/onnx-wordpiece-damaged-tokenizer-json",
+        "feature-extraction/tokenizer.json:1: invalid JSON",
+        argv=lambda e: e.export_copy(truncated("feature-extraction/tokenizer.json")),
+    ),
+    Case(
+        "serve/onnx-wordpiece-tokenizer-json-disagrees",
+        "feature-extraction/tokenizer.json: id ",
+        argv=lambda e: e.export_copy(json_edit("feature-extraction/tokenizer.json", swap_ids)),
+    ),
+    Case(
+        "serve/onnx-head-directory-tokenizer-damaged",
+        "sentiment/tokenizer.json:1: invalid JSON",
+        argv=lambda e: e.export_copy(truncated("sentiment/tokenizer.json")),
+    ),
+    Case(
+        "serve/onnx-manifest-more-positions-than-the-graph",
+        "onnx.json: field 'config.max_positions' is 130, but ",
+        argv=lambda e: e.export_copy(json_edit("onnx.json", setter("config.max_positions", 130))),
+    ),
+    Case(
+        "serve/onnx-manifest-fewer-tokens-than-the-graph",
+        "field 'config.vocab_size' is 3000, but ",
+        argv=lambda e: e.export_copy(json_edit("onnx.json", setter("config.vocab_size", 3000))),
+    ),
     Case(
         "sts/one-pair",
         "one.tsv: 1 pair, but a correlation needs at least 2",
@@ -214,7 +375,18 @@ def assets(tmp_path_factory) -> Assets:
     checkpoint = save(root / "checkpoint", model, tok)
     dev = root / "dev.tsv"
     dev.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in PAIRS))
-    return Assets(root, checkpoint, dev)
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(f"{a} {b} " * 3 for a, b, _ in PAIRS * 20) + "\n", encoding="utf-8")
+    wordpiece_tok = train_wordpiece([corpus], root / "wordpiece-tok", 300, progress=False)
+    torch.manual_seed(0)
+    model = RobertaModel(RobertaConfig(**{**config.to_dict(), "vocab_size": wordpiece_tok.vocab_size}))
+    model.add_classification_head("sentiment", 3)
+    wordpiece = save(root / "wordpiece", model, wordpiece_tok)
+    assert cli.main(["export", str(wordpiece), str(root / "export")]) == 0
+    bert = json.loads(wordpiece_tok.hf_tokenizer_json())
+    return Assets(
+        root, checkpoint, dev, wordpiece, root / "export", bert, json.loads(tok.hf_tokenizer_json())
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
