@@ -192,3 +192,32 @@ def test_evaluate_winograd_accuracies_equal_an_independent_count(micro, shared_d
     )
     superglue, _ = read_superglue_wsc(val, labelled=True)
     assert printed["superglue"] == {"accuracy": pytest.approx(count(superglue, False)), "count": 30}
+
+
+def test_hub_disambiguate_picks_the_best_scored_candidate(micro):
+    import roberta
+    from roberta.errors import UserError
+
+    path, model, tokenizer = micro
+    hub = roberta.load(path)
+    sentence = "The trophy would not fit in the brown suitcase because [it] was too big."
+    prefix, suffix = "The trophy would not fit in the brown suitcase because", " was too big."
+    candidates = ["the trophy", "the brown suitcase", "the box"]
+    scored = hub.disambiguate(sentence, candidates, return_scores=True)
+    want = [hand_score(model, tokenizer, prefix, " ", c, suffix) for c in candidates]
+    assert [c for c, _ in scored] == candidates
+    assert [s for _, s in scored] == pytest.approx(want, abs=1e-5)
+    assert hub.disambiguate(sentence, candidates) == candidates[max(range(3), key=want.__getitem__)]
+    # Without candidates: the sentence's noun phrases; with a _query_: whether it wins (fairseq).
+    mined = hub.disambiguate(sentence, return_scores=True)
+    assert [c for c, _ in mined] == ["The trophy", "the brown suitcase"]
+    query = hub.disambiguate("The _trophy_ would not fit in the brown suitcase because [it] was too big.")
+    others = dict(
+        hub.disambiguate(
+            "The _trophy_ would not fit in the brown suitcase because [it] was too big.", return_scores=True
+        )
+    )
+    assert query == all(others["trophy"] >= s for c, s in others.items() if c != "trophy")
+    for bad in ("No pronoun marked.", "Two [it] and [it].", "An [] empty mark."):
+        with pytest.raises(UserError, match="disambiguate"):
+            hub.disambiguate(bad, ["x"])
