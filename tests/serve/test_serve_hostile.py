@@ -150,6 +150,15 @@ def test_a_field_is_honoured_or_refused_naming_it(server, path, body, cause):
     assert status == 400 and cause in answer["error"], answer
 
 
+def test_a_query_parameter_on_a_post_is_refused_naming_it(server):
+    status, answer = call(server.url + "/v1/embeddings?dimensions=8", {"input": "x"})
+    assert (
+        status == 400
+        and "query parameter 'dimensions': /v1/embeddings reads a JSON body only" in answer["error"]
+    )
+    assert call(server.url + "/embed?", {"text": "x"})[0] == 200  # an empty query is none
+
+
 def test_every_field_a_schema_names_is_one_its_endpoint_reads(server):
     """A field the document names is never refused as unknown (each with a value of its type)."""
     values = {"text": "Hello <mask>", "input": "x", "pair": "y", "layer": -1, "pool": "mean"}

@@ -130,6 +130,11 @@ def _endpoint(hub: Roberta, batcher: Batcher, options: ServeOptions, path: str, 
         return parse(hub, request, options)
 
     async def handle(request: Request) -> Response:
+        if request.url.query:  # a parameter in the URL would be ignored: the body says everything
+            name = request.url.query.partition("=")[0][:40]
+            raise UserError(
+                f"query parameter {name!r}: {path} reads a JSON body only (it reads {', '.join(fields)})"
+            )
         parsed = await run_in_threadpool(check, await read_body(request, options.max_body_bytes))
         request.state.items, request.state.tokens = len(parsed.items), parsed.tokens  # the access log's
         future = batcher.submit(parsed.key, parsed.items, parsed.lengths)
