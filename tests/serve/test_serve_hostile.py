@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -199,6 +200,35 @@ def test_an_answer_over_a_megabyte_of_whitespace_is_found_or_refused_in_one_line
     status, answer = call(server.url + "/answer", body, timeout=120)
     assert status in (200, 400, 413), answer
     assert json.dumps(answer).count("\n") == 0
+
+
+def test_health_answers_while_a_request_is_being_read(hub, server, monkeypatch):
+    """Checking a request runs on a worker thread: while one is held there, /health and another
+    client's request are answered."""
+    held, release = threading.Event(), threading.Event()
+    check = hub.check_embed
+
+    def slow_check(layer, pool):
+        if pool == "mean":  # the held request's
+            held.set()
+            assert release.wait(60)
+        return check(layer, pool)
+
+    monkeypatch.setattr(hub, "check_embed", slow_check)
+    answers = []
+    slow = threading.Thread(
+        target=lambda: answers.append(call(server.url + "/embed", {"text": "x", "pool": "mean"}, timeout=90))
+    )
+    slow.start()
+    try:
+        assert held.wait(30)
+        assert call(server.url + "/health", timeout=10) == (200, {"status": "ok"})
+        assert call(server.url + "/embed", {"text": "another client"}, timeout=10)[0] == 200
+        assert not answers  # still held
+    finally:
+        release.set()
+        slow.join(60)
+    assert answers[0][0] == 200
 
 
 def test_origins_a_browser_sends_are_accepted():
