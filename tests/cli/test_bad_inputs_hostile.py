@@ -223,7 +223,7 @@ CASES = [
     ),
     Case(
         "tokenizer-json/max-chars-a-string",
-        "field 'model.max_input_chars_per_word' must be an integer, not \"100\"",
+        'model.max_input_chars_per_word is "100", not 100',
         argv=bert_json("model.max_input_chars_per_word", "100"),
     ),
     Case(

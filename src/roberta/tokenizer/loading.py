@@ -12,6 +12,7 @@ from roberta.tokenizer.readers import (
     fairseq_ids,
     gpt2_ids,
     is_gpt2_id,
+    library_reads,
     read_bytes,
     read_fairseq_dict,
     read_tokenizer_json,
@@ -112,9 +113,11 @@ def _check_other_vocabularies(tokenizer: Tokenizer, d: Path, has: set[str]) -> N
         differ(path, sorted(vocab, key=vocab.__getitem__))
     if "tokenizer.json" in has - read:
         path = d / "tokenizer.json"
-        obj, vocab = read_tokenizer_json(path, read_bytes(path))
+        raw = read_bytes(path)
+        obj, vocab = read_tokenizer_json(path, raw)
         differ(path, sorted(vocab, key=vocab.__getitem__))
         _same_engine(tokenizer, path, obj, vocab, chosen)
+        library_reads(path, raw)
 
 
 def _same_engine(tokenizer: Tokenizer, path: Path, obj: dict, vocab: dict[str, int], chosen: Path) -> None:

@@ -87,8 +87,11 @@ def read_saved_tokenizer_json(path: Path) -> tuple[str, VocabularyFiles]:
     raw = read_bytes(path)
     obj, vocab = read_tokenizer_json(path, raw)
     if obj["model"].get("type") == "WordPiece":
-        return "wordpiece", read_wordpiece_tokenizer_json(path, obj, vocab)
-    return "hf", read_roberta_tokenizer_json(path, raw, obj, vocab)
+        read = "wordpiece", read_wordpiece_tokenizer_json(path, obj, vocab)
+    else:
+        read = "hf", read_roberta_tokenizer_json(path, raw, obj, vocab)
+    library_reads(path, raw)
+    return read
 
 
 def read_roberta_tokenizer_json(path: Path, raw: bytes, obj: dict, vocab: dict[str, int]) -> VocabularyFiles:
@@ -124,6 +127,7 @@ def read_wordpiece_tokenizer_json(path: Path, obj: dict, vocab: dict[str, int]) 
                 f"{path}: {name} is {json.dumps(found)}, not {json.dumps(want)}; "
                 "only BERT's WordPiece is read"
             )
+    check_types(path, obj)
     tokens = sorted(vocab, key=vocab.__getitem__)
     broken = next((t for t in tokens if not t.strip() or "\n" in t or "\r" in t), None)
     if broken is not None:
@@ -385,7 +389,7 @@ _JSON_TYPES = {
 }
 
 
-def _check_types(path: Path, obj: dict) -> None:
+def check_types(path: Path, obj: dict) -> None:
     """Each field of `FIELD_TYPES` of the normalizer, pre-tokenizer and model, and each added token's
     flags, of the type the `tokenizers` library reads it as (UserError naming the field otherwise)."""
     for part in ("normalizer", "pre_tokenizer", "model"):
@@ -409,7 +413,7 @@ def _check_type(path: Path, field: str, component: dict, name: str, rule: str) -
     raise UserError(f"{path}: field {field!r} must be {_JSON_TYPES[kind][0]}, not {found}")
 
 
-def _library_reads(path: Path, data: bytes) -> None:
+def library_reads(path: Path, data: bytes) -> None:
     """The `tokenizers` library's own reading of the file: what it refuses is refused here too."""
     import tokenizers
 
@@ -420,13 +424,13 @@ def _library_reads(path: Path, data: bytes) -> None:
 
 
 def read_tokenizer_json(path: Path, data: bytes) -> tuple[dict, dict[str, int]]:
-    """An HF tokenizer.json → (the object, token → id over model.vocab and added_tokens, ids 0..n-1),
-    its fields type-checked as the `tokenizers` library reads them."""
+    """An HF tokenizer.json → (the object, token → id over model.vocab and added_tokens, ids 0..n-1).
+    The readers of each kind check its fields (`check_types`), then the library reads it whole
+    (`library_reads`)."""
     obj = _read_json_object(path, data)
     model = obj.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("vocab"), dict):
         raise UserError(f"{path}: field 'model.vocab' must be a JSON object mapping token -> id")
-    _check_types(path, obj)
     vocab = dict(model["vocab"])
     added = obj.get("added_tokens") or []
     if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
@@ -441,7 +445,6 @@ def read_tokenizer_json(path: Path, data: bytes) -> tuple[dict, dict[str, int]]:
     ids = sorted(vocab.values()) if all(type(i) is int for i in vocab.values()) else None
     if ids != list(range(len(vocab))):
         raise UserError(f"{path}: model.vocab ids must be the integers 0..{len(vocab) - 1}, each used once")
-    _library_reads(path, data)
     return obj, vocab
 
 
@@ -473,6 +476,7 @@ def require_roberta_bpe(path: Path, obj: dict) -> None:
         raise UserError(
             f"{path}: pre_tokenizer is {found!r}, not ByteLevel; only RoBERTa's byte-level BPE is read"
         )
+    check_types(path, obj)
     if pre.get("add_prefix_space", False) or not pre.get("use_regex", True):
         raise UserError(
             f"{path}: pre_tokenizer has add_prefix_space={pre.get('add_prefix_space')}, "
