@@ -221,3 +221,43 @@ def test_hub_disambiguate_picks_the_best_scored_candidate(micro):
     for bad in ("No pronoun marked.", "Two [it] and [it].", "An [] empty mark."):
         with pytest.raises(UserError, match="disambiguate"):
             hub.disambiguate(bad, ["x"])
+
+
+def test_wnli_pairs_read_as_schemas(shared_data):
+    from roberta.tasks.winograd_data import align_wnli, read_wnli
+
+    root = shared_data / "glue" / "WNLI"
+    counts = {}
+    for name, labelled in (("train", True), ("dev", True), ("test", False)):
+        schemas, unaligned = read_wnli(root / f"{name}.tsv", labelled)
+        counts[name] = (len(schemas), len(unaligned))
+    # The pairs whose sentence2 paraphrases more than the pronoun ("cursing it" -> "He cursed it").
+    assert counts == {"train": (628, 7), "dev": (71, 0), "test": (139, 7)}
+    test, unaligned = read_wnli(root / "test.tsv", False)
+    assert [i for i, _ in unaligned] == ["95", "96", "97", "98", "99", "100", "101"]
+    first = test[0]
+    assert (first.query, first.prefix[-20:], first.suffix) == (
+        "Maude and Dora",
+        "Horses ran away when",
+        " came in sight.",
+    )
+    assert "the trains" in first.candidates and "Maude and Dora" not in first.candidates
+    # The candidate may stand right before the pronoun: "... Mat Grice, he is probably based on ...".
+    s1 = "Dickens helped Collins develop the character of Mat Grice, he is probably based on Leatherstocking."
+    words, index, candidate = align_wnli(s1, "Mat Grice is probably based on Leatherstocking.")
+    assert (words[index], candidate) == ("he", "Mat Grice")
+
+
+def test_wnli_file_from_a_wsc_model_agrees_with_evaluate(micro, shared_data, tmp_path, capsys):
+    path, _, _ = micro
+    dev = shared_data / "glue" / "WNLI" / "dev.tsv"
+    assert main(["evaluate", "winograd", "--model", str(path), "--wnli", str(dev)]) == 0
+    printed = json.loads(capsys.readouterr().out)["wnli"]
+    out = tmp_path / "WNLI.tsv"
+    assert main(["predict", str(path), "--task", "WNLI-WSC", "--input", str(dev), "--out", str(out)]) == 0
+    header, *rows = out.read_text().splitlines()
+    gold = [line.split("\t")[-1] for line in dev.read_text().splitlines()[1:]]
+    assert header == "index\tprediction" and len(rows) == len(gold) == printed["count"] == 71
+    right = sum(row.split("\t")[1] == label for row, label in zip(rows, gold))
+    assert 100.0 * right / 71 == pytest.approx(printed["accuracy"])
+    capsys.readouterr()

@@ -203,20 +203,26 @@ def _evaluate_winograd(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--wsc273", metavar="FILE", help="WSCollection.xml (its first 273 schemas)")
     p.add_argument("--winogrande", metavar="FILE", help="WinoGrande JSONL with answers (dev.jsonl)")
     p.add_argument("--superglue", metavar="FILE", help="SuperGLUE WSC JSONL with labels (val.jsonl)")
+    p.add_argument("--wnli", metavar="FILE", help="GLUE WNLI TSV with labels (dev.tsv), read as schemas")
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.winograd import zero_shot
 
-        print_figures(zero_shot(args.model, args.wsc273, args.winogrande, args.superglue))
+        print_figures(zero_shot(args.model, args.wsc273, args.winogrande, args.superglue, args.wnli))
 
     return run
 
 
-PREDICT_TASKS = {"wsc": "WSC", "winogrande": "WinoGrande", "commonsenseqa": "CommonsenseQA"}
+PREDICT_TASKS = {
+    "wsc": "WSC",
+    "wnli-wsc": "WNLI-WSC",
+    "winogrande": "WinoGrande",
+    "commonsenseqa": "CommonsenseQA",
+}
 
 
 def predict_task(args: argparse.Namespace) -> bool:
-    """`predict --task WSC|WinoGrande|CommonsenseQA`: the test file's leaderboard file; False for
+    """`predict --task WSC|WNLI-WSC|WinoGrande|CommonsenseQA`: the test file's leaderboard file; False for
     another task (GLUE's, handled by the caller)."""
     if args.task.lower() not in PREDICT_TASKS:
         return False

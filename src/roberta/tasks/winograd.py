@@ -22,7 +22,7 @@ from roberta.tasks.choice import (
     read_commonsenseqa,
     read_winogrande,
 )
-from roberta.tasks.winograd_data import read_superglue_wsc, read_winogrande_schemas, read_wsc273
+from roberta.tasks.winograd_data import read_superglue_wsc, read_winogrande_schemas, read_wnli, read_wsc273
 
 COMMONSENSEQA_HEAD, WINOGRANDE_HEAD = "commonsenseqa", "winogrande"
 
@@ -31,6 +31,7 @@ def winograd_sets(
     wsc273: str | Path | None = None,
     winogrande: str | Path | None = None,
     superglue: str | Path | None = None,
+    allow_none: bool = False,
 ) -> dict[str, tuple[list, bool]]:
     """The held-out sets given, read: name -> (schemas, strict)."""
     sets = {}
@@ -40,8 +41,8 @@ def winograd_sets(
         sets["wsc273"] = (read_wsc273(wsc273), True)
     if winogrande:
         sets["winogrande"] = (read_winogrande_schemas(winogrande), True)
-    if not sets:
-        raise UserError("give at least one of --wsc273, --winogrande, --superglue")
+    if not sets and not allow_none:
+        raise UserError("give at least one of --wsc273, --winogrande, --superglue, --wnli")
     return sets
 
 
@@ -50,19 +51,33 @@ def zero_shot(
     wsc273: str | Path | None = None,
     winogrande: str | Path | None = None,
     superglue: str | Path | None = None,
+    wnli: str | Path | None = None,
 ) -> dict[str, dict]:
     """Each set's accuracy (percent) and count by candidate scoring with `model_path`'s masked LM,
-    as it is: a pretraining checkpoint, a WSC-fine-tuned one, an HF or fairseq model."""
+    as it is: a pretraining checkpoint, a WSC-fine-tuned one, an HF or fairseq model. WNLI (a
+    labelled GLUE file): its pairs as schemas (`read_wnli`), those no pronoun explains counted as
+    predicted 0, as `predict --task WNLI-WSC` writes them."""
     from roberta.convert import load_any
 
-    sets = winograd_sets(wsc273, winogrande, superglue)  # the files first: a bad one costs no model load
+    # The files first: a bad one costs no model load.
+    sets = winograd_sets(wsc273, winogrande, superglue, allow_none=wnli is not None)
+    pairs = read_wnli(wnli, labelled=True) if wnli else None
     model, tokenizer = load_any(model_path)
     require_lm_head(model, "evaluate winograd (candidates are scored by the masked LM)")
     model.eval()
-    return {
+    figures = {
         name: accuracy(schemas, score_schemas(model, tokenizer, schemas), strict)
         for name, (schemas, strict) in sets.items()
     }
+    if pairs is not None:
+        schemas, unaligned = pairs
+        scored = accuracy(schemas, score_schemas(model, tokenizer, schemas), False) if schemas else None
+        right = (scored["accuracy"] * len(schemas) / 100 if scored else 0) + sum(
+            not label for _, label in unaligned
+        )
+        count = len(schemas) + len(unaligned)
+        figures["wnli"] = {"accuracy": 100.0 * right / count, "count": count, "unaligned": len(unaligned)}
+    return figures
 
 
 def predict_wsc(roberta, input: str | Path, out: str | Path) -> int:
@@ -98,4 +113,32 @@ def predict_commonsenseqa(roberta, input: str | Path, out: str | Path) -> int:
     return len(examples)
 
 
-PREDICTORS = {"wsc": predict_wsc, "winogrande": predict_winogrande, "commonsenseqa": predict_commonsenseqa}
+def predict_wnli(roberta, input: str | Path, out: str | Path) -> int:
+    """GLUE's WNLI leaderboard file (`index<TAB>prediction`, 0 or 1) from a WSC model, as the
+    paper made it: each pair read as a schema (`read_wnli`) and predicted 1 when the candidate
+    that sentence2 puts in the pronoun's place scores at least every noun phrase of sentence1;
+    a pair no pronoun explains (sentence2 a paraphrase) is predicted 0, WNLI's majority."""
+    from roberta.tasks.glue import get_task, write_predictions
+
+    require_lm_head(roberta.model, "predict --task WNLI-WSC")
+    schemas, unaligned = read_wnli(input, labelled=False)
+    scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas)
+    predicted = {s.id: int(all(q >= c for c in others)) for s, (q, *others) in zip(schemas, scores)}
+    predicted.update({index: 0 for index, _ in unaligned})
+    order = [index for index in _indices(input)]
+    write_predictions(get_task("WNLI"), out, order, [predicted[i] for i in order])
+    return len(order)
+
+
+def _indices(path: str | Path) -> list[str]:
+    from roberta.tasks.rows import read_tsv, table_records
+
+    return [r["index"] for _, r in table_records(Path(path), read_tsv(Path(path)), ["index"])]
+
+
+PREDICTORS = {
+    "wnli-wsc": predict_wnli,
+    "wsc": predict_wsc,
+    "winogrande": predict_winogrande,
+    "commonsenseqa": predict_commonsenseqa,
+}

@@ -233,3 +233,58 @@ def read_lines_checked(path: str | Path) -> list[tuple[int, str]]:
 
 def is_pronoun(word: str) -> bool:
     return bare(word) in PRONOUNS
+
+
+def align_wnli(sentence1: str, sentence2: str) -> tuple[list[str], int, str] | None:
+    """How a WNLI pair reads as a schema: sentence2 is a stretch of sentence1 with a pronoun
+    replaced by a candidate. (sentence1's words, the pronoun's word index, the candidate), found as
+    the pronoun whose replacement leaves the most words of sentence2 matching sentence1 on both
+    sides (words compared without punctuation and case); None when no pronoun explains it."""
+    w1, w2 = sentence1.split(), sentence2.split()
+    k1, k2 = [_key(w) for w in w1], [_key(w) for w in w2]
+    best: tuple[int, int, list[str]] | None = None
+    for p in range(len(w1)):
+        if bare(w1[p]) not in PRONOUNS:
+            continue
+        # sentence2 ends with the words right after the pronoun, and starts with those before it
+        # (not all of them: the candidate may stand right before the pronoun, as in 'Mat Grice, he').
+        after = next(
+            n
+            for n in range(min(len(k2), len(k1) - p - 1), -1, -1)
+            if k2[len(k2) - n :] == k1[p + 1 : p + 1 + n]
+        )
+        head = k2[: len(k2) - after]
+        before = next(m for m in range(min(p, len(head) - 1), -1, -1) if head[:m] == k1[p - m : p])
+        candidate = w2[before : len(w2) - after]
+        if candidate and len(candidate) <= 8 and (best is None or before + after > best[0]):
+            best = (before + after, p, candidate)
+    if best is None:
+        return None
+    text = re.sub(r"^[\"'(]+|[\"'),.;:!?]+$", "", " ".join(best[2]))
+    return w1, best[1], text
+
+
+def read_wnli(path: str | Path, labelled: bool) -> tuple[list[Schema], list[tuple[str, bool | None]]]:
+    """GLUE WNLI's TSV (index, sentence1, sentence2[, label]) as schemas (`align_wnli`: the query is
+    the candidate sentence2 puts in the pronoun's place, the others sentence1's noun phrases), and
+    the (index, label) of the pairs no pronoun explains (sentence2 a paraphrase: not scored)."""
+    from roberta.tasks.rows import read_tsv, table_records
+
+    path = Path(path)
+    columns = ["index", "sentence1", "sentence2", *(["label"] if labelled else [])]
+    schemas, unaligned = [], []
+    for line, record in table_records(path, read_tsv(path), columns):
+        if labelled and record["label"] not in ("0", "1"):
+            raise UserError(f"{path}:{line}: field 'label' {record['label']!r} is not 0 or 1")
+        label = record["label"] == "1" if labelled else None
+        found = align_wnli(record["sentence1"], record["sentence2"])
+        if found is None:
+            unaligned.append((record["index"], label))
+            continue
+        words, p, query = found
+        prefix, space, suffix = cut_at(words, p, bare(words[p]))
+        others = tuple(candidates_for(words, p, query))
+        schemas.append(Schema(record["index"], prefix, space, suffix, query, others, label, line))
+    if not schemas and not unaligned:
+        raise UserError(f"{path}: no rows")
+    return schemas, unaligned
