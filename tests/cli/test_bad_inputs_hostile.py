@@ -138,6 +138,27 @@ def teacher_with_code(env: Env, edit: str) -> str:
     return str(teacher)
 
 
+def encoder_export(directory: Path, source: Path) -> Path:
+    """`source`'s model with a mean-pooling embedding head, exported to HF as a sentence-transformers
+    directory (modules.json, 1_Pooling/)."""
+    from roberta.hub import load as load_hub
+    from roberta.model import EmbeddingHead
+
+    hub = load_hub(source)
+    hub.model.add_head("embedding", EmbeddingHead(hub.model.config, "mean"))
+    save(directory / "encoder", hub.model, hub.tokenizer)
+    assert cli.main(["convert", str(directory / "encoder"), str(directory / "hf"), "--to", "hf"]) == 0
+    return directory / "hf"
+
+
+def pooling_a_string(env: Env) -> list[str]:
+    hf = encoder_export(env.work / "made", env.assets.checkpoint)
+    config = json.loads((hf / "1_Pooling" / "config.json").read_text())
+    config["pooling_mode_mean_tokens"] = "true"
+    (hf / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return ["embed", str(hf), "--input", env.text(), "--out", str(env.work / "v.npy")]
+
+
 def distill(env: Env, teacher: str, dev: str | None = None) -> list[str]:
     return [
         "distill",
@@ -354,6 +375,11 @@ CASES = [
         ],
     ),
     Case(
+        "embed/sentence-transformers-pooling-a-string",
+        "1_Pooling/config.json: field 'pooling_mode_mean_tokens' must be true or false, not \"true\"",
+        argv=pooling_a_string,
+    ),
+    Case(
         "distill/embed-dev-one-pair",
         "one.tsv: 1 pair, but a correlation needs at least 2",
         argv=lambda e: distill(e, minilm(), e.pairs("one.tsv", PAIRS[:1])),
@@ -417,6 +443,18 @@ def test_bad_input_is_refused_in_one_line_and_leaves_nothing(
     capsys.readouterr()
     refusals.check(case, Env(tmp_path, assets, monkeypatch), capsys, tmp_path, assets.root)
     assert not (tmp_path / MARKER).exists()
+
+
+def test_our_hf_export_of_a_sentence_encoder_is_read_back_with_its_pooling(assets, tmp_path):
+    """modules.json is a list, as sentence-transformers writes it: read, not refused."""
+    hf = encoder_export(tmp_path, assets.checkpoint)
+    texts = tmp_path / "texts.txt"
+    texts.write_text(SENTENCES)
+    for model, out in ((tmp_path / "encoder", "ours.npy"), (hf, "hf.npy")):
+        argv = ["embed", str(model), "--input", str(texts), "--out", str(tmp_path / out), "--no-progress"]
+        assert cli.main(argv) == 0
+    assert np.allclose(np.load(tmp_path / "ours.npy"), np.load(tmp_path / "hf.npy"), atol=1e-5)
+    assert load(hf).embedding_pool() == "mean"
 
 
 def test_evaluate_sts_with_constant_scores_warns_in_one_line_and_prints_null(assets, tmp_path, capsys):

@@ -275,16 +275,30 @@ def read_embedding_head(directory: Path, config) -> nn.Module | None:
 
     if not is_sentence_transformer(directory):
         return None
-    modules = read_json(directory / MODULES)
-    kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules] if isinstance(modules, list) else []
+    modules = _read_json(directory / MODULES)  # a list, as the library writes it
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise UserError(f"{directory / MODULES}: expected a list of module objects")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Dense"]):
         return None
     pooling = read_json(directory / modules[1]["path"] / "config.json")
+    for key, on in pooling.items():  # a "true" string would be read as no pooling at all
+        if key.startswith("pooling_mode_") and not isinstance(on, bool):
+            raise UserError(
+                f"{directory / modules[1]['path'] / 'config.json'}: field {key!r} must be true or false, "
+                f"not {json.dumps(on)[:40]}"
+            )
     modes = {key for key, on in pooling.items() if key.startswith("pooling_mode_") and on is True}
     pool = {frozenset({"pooling_mode_cls_token"}): "cls", frozenset({"pooling_mode_mean_tokens"}): "mean"}
     if frozenset(modes) not in pool:
         return None
     dense = read_json(directory / modules[2]["path"] / "config.json") if len(modules) == 3 else None
+    for key, kind in (("bias", bool), ("out_features", int), ("activation_function", str)):
+        if dense is not None and key in dense and not isinstance(dense[key], kind):
+            raise UserError(
+                f"{directory / modules[2]['path'] / 'config.json'}: field {key!r} must be a "
+                f"{kind.__name__}, not {json.dumps(dense[key])[:40]}"
+            )
     if dense is not None and (dense.get("activation_function") != IDENTITY or dense.get("bias") is False):
         return None
     head = EmbeddingHead(config, pool[frozenset(modes)], dense["out_features"] if dense else None)
