@@ -221,12 +221,13 @@ def build_app(
         "/embed": (endpoints.parse_embed, lambda r, p: endpoints.embeddings(r)),
         "/predict": (endpoints.parse_predict, lambda r, p: endpoints.predictions(hub, p.key[1], r)),
         "/answer": (endpoints.parse_answer, lambda r, p: endpoints.answers(r)),
-        "/tag": (endpoints.parse_tag, lambda r, p: endpoints.tagged(p.key[1], r)),
         "/v1/embeddings": (
             endpoints.parse_openai_embeddings,
             lambda r, p: endpoints.openai_embeddings(r, p, model_name),
         ),
     }
+    if any(head.kind == "tagging" for head in hub.model.heads.values()):  # a checkpoint that can tag
+        posts["/tag"] = (endpoints.parse_tag, lambda r, p: endpoints.tagged(p.key[1], r))
     routes = [Route("/", page), Route("/health", health), Route("/info", information)]
     routes += [Route("/metrics", metrics.page), Route("/openapi.json", description)]
     routes += [
