@@ -13,6 +13,7 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tag-column",
         type=int,
+        metavar="N",
         default=-1,
         help="CoNLL files: the column of the tags, 0-based, -1 the last (default -1; CoNLL-2003's NER "
         "tags are column 3, its POS tags column 1)",
@@ -23,10 +24,13 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokens-field", default="tokens", help="JSONL/Parquet: the list of words (default tokens)"
     )
-    p.add_argument("--tags-field", default="tags", help="JSONL/Parquet: the list of tags (default tags)")
+    p.add_argument(
+        "--tags-field", default="tags", metavar="NAME", help="JSONL/Parquet: the list of tags (default tags)"
+    )
     p.add_argument(
         "--scheme",
         default="iob2",
+        metavar="S",
         help="the tags' scheme: iob2 (default), iob1, iobes, or none (plain labels such as parts of "
         "speech: scored by token accuracy)",
     )
@@ -69,7 +73,10 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
         help="train every sub-token of a word on its label (B- continuing as I-), not only the first",
     )
     p.add_argument(
-        "--stride", type=int, help="sub-tokens shared by the windows of a long sentence (default: a quarter)"
+        "--stride",
+        type=int,
+        metavar="N",
+        help="sub-tokens shared by the windows of a long sentence (default: a quarter)",
     )
     p.add_argument("--head", default="tagger", help="name of the tagging head (default tagger)")
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
