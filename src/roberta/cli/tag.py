@@ -19,10 +19,17 @@ def _data_options(p: argparse.ArgumentParser) -> None:
         "tags are column 3, its POS tags column 1)",
     )
     p.add_argument(
-        "--word-column", type=int, default=0, help="CoNLL files: the column of the words (default 0)"
+        "--word-column",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CoNLL files: the column of the words (default 0)",
     )
     p.add_argument(
-        "--tokens-field", default="tokens", help="JSONL/Parquet: the list of words (default tokens)"
+        "--tokens-field",
+        default="tokens",
+        metavar="NAME",
+        help="JSONL/Parquet: the list of words (default tokens)",
     )
     p.add_argument(
         "--tags-field", default="tags", metavar="NAME", help="JSONL/Parquet: the list of tags (default tags)"
