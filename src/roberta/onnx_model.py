@@ -287,18 +287,24 @@ def check_graph_tables(graph: Path, config: RobertaConfig, manifest: Path) -> No
         initializers = onnx.load(str(graph), load_external_data=False).graph.initializer
     except Exception:  # noqa: BLE001 - `session` names it
         return
-    rows = {
-        field: next((i.dims[0] for i in initializers if pattern.search(i.name) and len(i.dims) == 2), None)
+    shapes = {
+        field: next(
+            (tuple(i.dims) for i in initializers if pattern.search(i.name) and len(i.dims) == 2), None
+        )
         for field, pattern in TABLES.items()
     }
-    for field, found in rows.items():
-        if found is None:
+    for field, shape in shapes.items():
+        if shape is None:
             raise UserError(f"{graph}: no {TABLES[field].pattern} table: not a graph of this export")
-        if found != getattr(config, field):
-            raise UserError(
-                f"{manifest}: field 'config.{field}' is {getattr(config, field)}, but {graph} holds "
-                f"{found} rows: the manifest disagrees with its graph (export it again)"
-            )
+        for name, want, found in (
+            (field, getattr(config, field), shape[0]),
+            ("hidden_size", config.hidden_size, shape[1]),
+        ):
+            if found != want:
+                raise UserError(
+                    f"{manifest}: field 'config.{name}' is {want}, but {graph} holds {found}: "
+                    "the manifest disagrees with its graph (export it again)"
+                )
 
 
 def load_onnx(

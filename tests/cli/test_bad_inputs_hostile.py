@@ -303,6 +303,11 @@ CASES = [
         argv=lambda e: e.export_copy(json_edit("onnx.json", setter("config.max_positions", 130))),
     ),
     Case(
+        "serve/onnx-manifest-another-width",
+        "onnx.json: field 'config.hidden_size' is 64, but ",
+        argv=lambda e: e.export_copy(json_edit("onnx.json", setter("config.hidden_size", 64))),
+    ),
+    Case(
         "serve/onnx-manifest-fewer-tokens-than-the-graph",
         "field 'config.vocab_size' is 3000, but ",
         argv=lambda e: e.export_copy(json_edit("onnx.json", setter("config.vocab_size", 3000))),
