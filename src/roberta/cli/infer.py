@@ -87,7 +87,8 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
         metavar="T",
         help="a GLUE task: read --input as its test TSV and write the leaderboard "
         "file (index, label name; a score for STS-B) with the head named T, which must have T's "
-        "number of outputs (no --head, --columns or --header with it)",
+        "number of outputs (no --head, --columns or --header with it); or WSC, WNLI-WSC, WinoGrande, "
+        "CommonsenseQA: their test files' leaderboard files (docs/winograd.md)",
     )
     line_file_options(
         p,
