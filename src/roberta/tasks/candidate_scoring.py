@@ -238,13 +238,21 @@ def plan_wsc(
 
 
 def score_schemas(
-    model: RobertaModel, tokenizer, schemas: Sequence[Schema], batch_size: int = 32
+    model: RobertaModel,
+    tokenizer,
+    schemas: Sequence[Schema],
+    batch_size: int = 32,
+    progress: str | None = None,
 ) -> list[list[float]]:
-    """Each schema's scores, query first then its candidates, from `model` as it is (no grad)."""
+    """Each schema's scores, query first then its candidates, from `model` as it is (no grad);
+    with `progress`, a bar of that name on stderr."""
+    from tqdm import tqdm
+
     length = model.config.max_seq_len
     encoded = [encode_schema(tokenizer, s, length) for s in schemas]
     out: list[list[float]] = []
     with torch.inference_mode():
+        bar = tqdm(total=len(encoded), desc=progress, unit="schema", disable=progress is None, leave=False)
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start : start + batch_size]
             batch = collate(chunk, [0] * len(chunk), False, tokenizer.pad_id)
@@ -253,6 +261,8 @@ def score_schemas(
             for rows in chunk:
                 out.append(scores[: len(rows)])
                 scores = scores[len(rows) :]
+            bar.update(len(chunk))
+        bar.close()
     return out
 
 

@@ -66,12 +66,13 @@ def zero_shot(
     require_lm_head(model, "evaluate winograd (candidates are scored by the masked LM)")
     model.eval()
     figures = {
-        name: accuracy(schemas, score_schemas(model, tokenizer, schemas), strict)
+        name: accuracy(schemas, score_schemas(model, tokenizer, schemas, progress=name), strict)
         for name, (schemas, strict) in sets.items()
     }
     if pairs is not None:
         schemas, unaligned = pairs
-        scored = accuracy(schemas, score_schemas(model, tokenizer, schemas), False) if schemas else None
+        scores = score_schemas(model, tokenizer, schemas, progress="wnli")
+        scored = accuracy(schemas, scores, False) if schemas else None
         right = (scored["accuracy"] * len(schemas) / 100 if scored else 0) + sum(
             not label for _, label in unaligned
         )
@@ -85,7 +86,7 @@ def predict_wsc(roberta, input: str | Path, out: str | Path) -> int:
     test file, by candidate scoring with the hub's masked LM."""
     require_lm_head(roberta.model, "predict --task WSC")
     schemas, _ = read_superglue_wsc(input, labelled=False)
-    scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas)
+    scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas, progress="WSC")
     with atomic_write(out) as f:
         for schema, (query, *others) in zip(schemas, scores):
             label = all(query >= c for c in others)
@@ -122,7 +123,7 @@ def predict_wnli(roberta, input: str | Path, out: str | Path) -> int:
 
     require_lm_head(roberta.model, "predict --task WNLI-WSC")
     schemas, unaligned = read_wnli(input, labelled=False)
-    scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas)
+    scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas, progress="WNLI")
     predicted = {s.id: int(all(q >= c for c in others)) for s, (q, *others) in zip(schemas, scores)}
     predicted.update({index: 0 for index, _ in unaligned})
     order = [index for index in _indices(input)]
