@@ -17,6 +17,7 @@ people the text never writes together) is only counted.
 from __future__ import annotations
 
 import re
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,9 @@ def read_superglue_wsc(path: str | Path, labelled: bool) -> tuple[list[Schema], 
     if not schemas:
         raise UserError(f"{path}: no rows")
     placement.rows = len(schemas)
+    if placement.moved or placement.unplaced:
+        found = "; ".join([*placement.moved, *placement.unplaced][:3])
+        warnings.warn(f"{path}: {placement.summary()} ({found})", stacklevel=2)
     return schemas, placement
 
 
