@@ -231,3 +231,55 @@ def test_wsc_learns_and_a_killed_run_resumes_bit_identically(micro, shared_data,
     right = sum((p["label"] == "True") == label for p, label in zip(predicted, labels))
     assert 100.0 * right / 40 == pytest.approx(best(whole)["value"])
     capsys.readouterr()
+
+
+def test_first_twenty_commonsenseqa_losses_equal_hf_multiple_choice(micro, shared_data, tmp_path):
+    """The same weights (our ranking head's dense and out_proj as HF's pooler and classifier),
+    dropout off, the same batches and optimizer: our losses are RobertaForMultipleChoice's."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from roberta import RobertaConfig, RobertaModel, checkpoint
+    from roberta.convert import export_hf
+    from roberta.tasks.choice import COMMONSENSEQA, choice_objective, encode_all, read_commonsenseqa
+    from roberta.tasks.finetune import load_finetune_job
+    from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
+
+    overrides = ["--train.max_steps=20", "--train.epochs=0", "--schedule.warmup_steps=2"]
+    job = load_finetune_job(None, [*overrides, "--schedule.warmup_fraction=0"], 5e-4, 8)
+    loaded, tok = checkpoint.load(micro)
+    no_dropout = {"dropout": 0.0, "attention_dropout": 0.0, "classifier_dropout": 0.0}
+    model = RobertaModel(RobertaConfig(**{**loaded.config.to_dict(), **no_dropout}))
+    export_hf(tmp_path / "hf", model, tok)
+    torch.manual_seed(3)
+    model.add_classification_head("commonsenseqa", 1)
+    hf = transformers.RobertaForMultipleChoice.from_pretrained(tmp_path / "hf")
+    ranking = model.heads["commonsenseqa"]
+    with torch.no_grad():
+        for ours, theirs in ((ranking.dense, hf.roberta.pooler.dense), (ranking.out_proj, hf.classifier)):
+            theirs.weight.copy_(ours.weight)
+            theirs.bias.copy_(ours.bias)
+    hf.roberta.embeddings.token_type_embeddings.weight.requires_grad_(False)  # RoBERTa has none
+
+    data = head(shared_data / "commonsenseqa" / "train_rand_split.jsonl", 160, tmp_path / "t.jsonl")
+    encoded = encode_all(tok, read_commonsenseqa(data), COMMONSENSEQA, 128)
+    objective = choice_objective("commonsenseqa", encoded, {}, job, tok.pad_id)
+    batches = objective.train_batches(0)
+    ours_opt, hf_opt = build_optimizer(model, job.optim), build_optimizer(hf, job.optim)
+    model.train(), hf.train()
+    ours_losses, hf_losses = [], []
+    for step in range(20):
+        batch = next(batches)
+        for opt in (ours_opt, hf_opt):
+            set_learning_rate(opt, learning_rate(step, job.optim.lr, job.schedule, job.train.max_steps))
+        ours = objective.loss(model, batch)["loss"] / len(batch["labels"])
+        ids = batch["tokens"].view(len(batch["labels"]), 5, -1)
+        theirs = hf(input_ids=ids, attention_mask=ids.ne(tok.pad_id), labels=batch["labels"]).loss
+        for loss, opt in ((ours, ours_opt), (theirs, hf_opt)):
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        ours_losses.append(ours.item())
+        hf_losses.append(theirs.item())
+    assert ours_losses == pytest.approx(hf_losses, rel=1e-5)
+    assert ours_losses[-1] < ours_losses[0]  # it moves, so equal losses mean equal updates
