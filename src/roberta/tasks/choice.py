@@ -57,6 +57,8 @@ class Layout:
     texts: Callable[[ChoiceExample, str], tuple[str | None, str]]
     separators: int = 2
     max_second: int = 128
+    segments: tuple[str, str] = ("question", "option")  # what the two segments hold, for errors
+    hint: str = "raise --data.max_length"
 
 
 def _spaces(text: str) -> str:
@@ -70,9 +72,19 @@ def _race_texts(example: ChoiceExample, option: str) -> tuple[str, str]:
     return _spaces(example.context or ""), _spaces(qa)
 
 
-RACE = Layout("race", _race_texts)
+RACE = Layout(
+    "race",
+    _race_texts,
+    segments=("passage", "question+option"),
+    hint="raise --data.max_length or lower --max-qa",
+)
 # fairseq's examples/roberta/commonsense_qa: `<s> Q: Where would I not want a fox? </s> A: hen house </s>`.
-COMMONSENSEQA = Layout("commonsenseqa", lambda e, o: ("Q: " + e.question, "A: " + o), separators=1)
+COMMONSENSEQA = Layout(
+    "commonsenseqa",
+    lambda e, o: ("Q: " + e.question, "A: " + o),
+    separators=1,
+    segments=("question", "answer"),
+)
 WINOGRANDE = Layout("winogrande", lambda e, o: (None, e.question.replace("_", o, 1)), max_second=10**9)
 OWN = Layout("choice", lambda e, o: (e.question, o))
 
@@ -94,9 +106,10 @@ def encode_options(
         second = second[: layout.max_second]
         room = max_length - len(second) - 2 - layout.separators
         if room < 1:
+            first_name, second_name = layout.segments
             raise UserError(
-                f"{example.id}: max_length={max_length} leaves no room for the first segment after "
-                f"{len(second)} tokens of the option's (raise --data.max_length or lower --max-qa)"
+                f"{example.id}: max_length={max_length} leaves no room for the {first_name} after "
+                f"{len(second)} {second_name} tokens ({layout.hint})"
             )
         sequences.append([bos, *first_ids[first][:room], *[eos] * layout.separators, *second, eos])
     return sequences
