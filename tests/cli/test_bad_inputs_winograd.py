@@ -128,6 +128,11 @@ CASES = [
         argv=lambda e: finetune_wsc(e, wsc_dir(e), e.assets.headless),
     ),
     Case(
+        "wsc/unknown-loss",
+        "--loss 'hinge': give cross-entropy or margin",
+        argv=lambda e: [*finetune_wsc(e, wsc_dir(e)), "--loss", "hinge"],
+    ),
+    Case(
         "evaluate/checkpoint-without-lm-head",
         "evaluate winograd (candidates are scored by the masked LM) needs a checkpoint with one",
         argv=lambda e: [
@@ -202,7 +207,7 @@ CASES = [
 
 
 def test_table_covers_the_issue():
-    refusals.check_table(CASES, {"wsc", "commonsenseqa", "winogrande", "choice", "evaluate", "predict"}, 17)
+    refusals.check_table(CASES, {"wsc", "commonsenseqa", "winogrande", "choice", "evaluate", "predict"}, 18)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -221,6 +226,11 @@ def test_the_good_slices_are_accepted(assets, tmp_path, capsys):
 
     job = ["--train.max_steps=1", "--train.epochs=0", "--train.eval_every=1"]
     assert main([*finetune_wsc(env, wsc_dir(env)), *job]) == 0
+    shutil.rmtree(env.work / "run")
+    margin = ["--loss", "margin", "--margin-alpha", "5", "--margin-beta", "0.4"]
+    assert main([*finetune_wsc(env, wsc_dir(env)), *margin, *job]) == 0
+    recorded = json.loads((env.work / "run" / "job.json").read_text())
+    assert (recorded["loss"], recorded["alpha"], recorded["beta"]) == ("margin", 5.0, 0.4)
     shutil.rmtree(env.work / "run")
     assert main([*csqa(env), "--train.epochs=1"]) == 0
     shutil.rmtree(env.work / "run")
