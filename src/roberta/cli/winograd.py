@@ -82,17 +82,24 @@ def _plan_choice(head: str, layout, read_splits):
 
 
 def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
-    """WinoGrande with a ranking head on its two filled-in sentences
+    """WinoGrande: a ranking head on its two filled-in sentences, or fairseq's masked-LM scoring
 
-    Reads DIR/train_SIZE.jsonl and DIR/dev.jsonl (WinoGrande 1.1), writes each option into the
-    sentence's blank, scores the two sentences on <s> with the head `winogrande` and trains softmax
-    over them (LR 1e-5, batch 32, 10 epochs, 10% warmup); dev accuracy each epoch, the best kept as
-    RUN/best/. `roberta predict --task WinoGrande` writes the test file's leaderboard predictions.
+    Reads DIR/train_SIZE.jsonl and DIR/dev.jsonl (WinoGrande 1.1). --method head (default): writes
+    each option into the sentence's blank, scores the two sentences on <s> with the head
+    `winogrande` and trains softmax over them (LR 1e-5, batch 32, 10 epochs, 10% warmup). --method
+    lm: fairseq's `winogrande` task, the right option scored against the other by the masked LM at
+    the blank, with the margin loss (alpha 5, beta 0.4, fairseq's) or --loss cross-entropy. Dev
+    accuracy each epoch, the best kept as RUN/best/; `roberta predict --task WinoGrande` writes the
+    test file's leaderboard predictions with either.
     """
     from roberta.cli.finetune import _finetune_options
 
     p.add_argument("--data", required=True, metavar="DIR", help="WinoGrande: train_SIZE.jsonl, dev.jsonl")
     p.add_argument("--size", default="xs", choices=WINOGRANDE_SIZES, help="training size (default xs)")
+    p.add_argument("--method", default="head", choices=["head", "lm"], help="ranking head or masked LM")
+    p.add_argument("--loss", default="margin", help="--method lm: margin (default) or cross-entropy")
+    p.add_argument("--margin-alpha", type=float, default=5.0, help="--method lm: hinge weight (default 5)")
+    p.add_argument("--margin-beta", type=float, default=0.4, help="--method lm: margin (default 0.4)")
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -101,15 +108,26 @@ def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
         from roberta.tasks.choice import WINOGRANDE, read_winogrande
 
         data = Path(args.data)
-
-        def splits():
-            return {
-                "train": read_winogrande(data / f"train_{args.size}.jsonl"),
-                "dev": read_winogrande(data / "dev.jsonl"),
-            }
-
+        train, dev = data / f"train_{args.size}.jsonl", data / "dev.jsonl"
         extra = (*CHOICE_EXTRA, "--schedule.warmup_fraction=0.1", "--data.max_length=128")
-        plan = _plan_choice("winogrande", WINOGRANDE, splits)
+        if args.method == "lm":
+            from roberta.tasks.candidate_scoring import Loss
+
+            loss = Loss(args.loss, args.margin_alpha, args.margin_beta)
+
+            def plan(job, model, tokenizer, source):
+                from roberta.tasks.candidate_scoring import plan_wsc
+                from roberta.tasks.winograd_data import read_winogrande_schemas
+
+                sets = {"dev": (read_winogrande_schemas(dev), True)}
+                return plan_wsc(read_winogrande_schemas(train), sets, loss, job, model, tokenizer, source)
+
+        else:
+            plan = _plan_choice(
+                "winogrande",
+                WINOGRANDE,
+                lambda: {"train": read_winogrande(train), "dev": read_winogrande(dev)},
+            )
         _run(args, plan, WINOGRANDE_LR, WINOGRANDE_BATCH, WINOGRANDE_EPOCHS, extra)
 
     return run

@@ -22,7 +22,13 @@ from roberta.tasks.choice import (
     read_commonsenseqa,
     read_winogrande,
 )
-from roberta.tasks.winograd_data import read_superglue_wsc, read_winogrande_schemas, read_wnli, read_wsc273
+from roberta.tasks.winograd_data import (
+    blank_schema,
+    read_superglue_wsc,
+    read_winogrande_schemas,
+    read_wnli,
+    read_wsc273,
+)
 
 COMMONSENSEQA_HEAD, WINOGRANDE_HEAD = "commonsenseqa", "winogrande"
 
@@ -96,9 +102,17 @@ def predict_wsc(roberta, input: str | Path, out: str | Path) -> int:
 
 def predict_winogrande(roberta, input: str | Path, out: str | Path) -> int:
     """WinoGrande's leaderboard file: the predicted option ("1" or "2") of each test row, a line
-    each, in the file's order, by the ranking head `winogrande`."""
+    each, in the file's order: by the ranking head `winogrande` where the checkpoint has it
+    (`finetune winogrande`), else by the masked LM's scores at the blank (`--method lm`; option 1
+    on a tie)."""
     examples = read_winogrande(input, labelled=False)
-    predictions = predict_options(roberta, WINOGRANDE_HEAD, examples, WINOGRANDE)
+    if WINOGRANDE_HEAD in roberta.model.heads:
+        predictions = predict_options(roberta, WINOGRANDE_HEAD, examples, WINOGRANDE)
+    else:
+        require_lm_head(roberta.model, "predict --task WinoGrande without a `winogrande` head")
+        schemas = [blank_schema(e, 0, None) for e in examples]
+        scores = score_schemas(roberta.model.eval(), roberta.tokenizer, schemas, progress="WinoGrande")
+        predictions = [0 if first >= second else 1 for first, second in scores]
     with atomic_write(out) as f:
         f.writelines(f"{p + 1}\n" for p in predictions)
     return len(examples)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from roberta.errors import UserError
 from roberta.tasks.noun_phrases import PRONOUNS, bare, candidates_for, join_words
-from roberta.tasks.rows import read_lines, read_records
+from roberta.tasks.rows import read_records
 
 WINDOW = 3  # words either side of a span's index where its text is looked for
 WSC273 = 273  # the first 273 schemas of the collection are WSC273
@@ -210,33 +210,25 @@ def read_winogrande_schemas(path: str | Path, labels: str | Path | None = None) 
     in `labels`, one a line) as schemas: the right option is the query, the other the candidate."""
     from roberta.tasks.choice import read_winogrande
 
-    schemas = []
-    for example in read_winogrande(path, labels, labelled=True):
-        sentence = example.question
-        blank = sentence.index("_")
-        right = example.label
-        schemas.append(
-            Schema(
-                example.id,
-                sentence[:blank].rstrip(" "),
-                " " if sentence[:blank].endswith(" ") else "",
-                sentence[blank + 1 :],
-                example.options[right],
-                (example.options[1 - right],),
-                True,
-                example.line,
-            )
-        )
-    return schemas
+    return [blank_schema(e, e.label, True) for e in read_winogrande(path, labels, labelled=True)]
 
 
-def read_lines_checked(path: str | Path) -> list[tuple[int, str]]:
-    """The non-blank lines of a labels file, numbered."""
-    return [(n, line.strip()) for n, line in read_lines(Path(path)) if line.strip()]
-
-
-def is_pronoun(word: str) -> bool:
-    return bare(word) in PRONOUNS
+def blank_schema(example, query: int, label: bool | None) -> Schema:
+    """A WinoGrande example (a `choice.ChoiceExample`) cut at its "_": option `query` (0 or 1) is
+    the query, the other the candidate."""
+    sentence = example.question
+    before = sentence[: sentence.index("_")]
+    options = example.options
+    return Schema(
+        example.id,
+        before.rstrip(" "),
+        " " if before.endswith(" ") else "",
+        sentence[len(before) + 1 :],
+        options[query],
+        (options[1 - query],),
+        label,
+        example.line,
+    )
 
 
 def align_wnli(sentence1: str, sentence2: str) -> tuple[list[str], int, str] | None:
