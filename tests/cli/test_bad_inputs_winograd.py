@@ -159,6 +159,21 @@ CASES = [
         ],
     ),
     Case(
+        "predict/int8-with-wsc",
+        "predict: --int8 is not available (fp32 only) with --task WSC",
+        argv=lambda e: [
+            "predict",
+            str(e.assets.checkpoint),
+            "--task",
+            "WSC",
+            "--int8",
+            "--input",
+            str(e.assets.data / "wsc" / "superglue" / "test.jsonl"),
+            "--out",
+            str(e.work / "WSC.jsonl"),
+        ],
+    ),
+    Case(
         "commonsenseqa/choice-list-of-wrong-length",
         "dev.jsonl:2: field 'question.choices' has 4 choices, expected 5",
         argv=lambda e: csqa(e, lambda r: r["question"]["choices"].pop(), 2, "dev"),
@@ -207,7 +222,7 @@ CASES = [
 
 
 def test_table_covers_the_issue():
-    refusals.check_table(CASES, {"wsc", "commonsenseqa", "winogrande", "choice", "evaluate", "predict"}, 18)
+    refusals.check_table(CASES, {"wsc", "commonsenseqa", "winogrande", "choice", "evaluate", "predict"}, 19)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -247,9 +247,16 @@ def predict_task(args: argparse.Namespace) -> bool:
     from roberta.cli.common import load_hub
     from roberta.tasks.winograd import PREDICTORS
 
-    for option, value in (("--head", args.head), ("--columns", args.columns), ("--header", args.header)):
+    given = (
+        ("--head", args.head),
+        ("--columns", args.columns),
+        ("--header", args.header),
+        ("--int8", args.int8),
+    )
+    for option, value in given:
         if value:
-            raise UserError(f"predict: {option} means nothing with --task {args.task}")
+            what = "is not available (fp32 only)" if option == "--int8" else "means nothing"
+            raise UserError(f"predict: {option} {what} with --task {args.task}")
     count = PREDICTORS[args.task.lower()](load_hub(args), args.input, args.out)
     print(f"{args.out}: {count} predictions")
     return True
