@@ -230,8 +230,12 @@ def read_choice_file(
         options = tuple(
             _text(o, where, option_columns[min(i, len(option_columns) - 1)]) for i, o in enumerate(options)
         )
+        if len(options) < 2:
+            raise UserError(
+                f"{where}: field '{','.join(option_columns)}' has {len(options)} option(s), needs 2 or more"
+            )
         choices = choices or len(options)
-        if len(options) != choices or choices < 2:
+        if len(options) != choices:
             raise UserError(
                 f"{where}: field '{','.join(option_columns)}' has {len(options)} options, expected {choices}"
             )
@@ -260,13 +264,6 @@ def _answer(value: object, options: tuple[str, ...], where: str, column: str) ->
         f"{where}: field '{column}' {json.dumps(value)} is not among the choices (an option's text, "
         f"a letter A-{LETTERS[len(options) - 1]} or an index 0-{len(options) - 1})"
     )
-
-
-def accuracy(predictions: Sequence[int], examples: Sequence[ChoiceExample]) -> float:
-    """Accuracy in percent of predicted option indices against the examples' labels."""
-    if len(predictions) != len(examples):
-        raise ValueError(f"{len(examples)} examples but {len(predictions)} predictions")
-    return 100.0 * sum(int(p) == e.label for p, e in zip(predictions, examples)) / len(examples)
 
 
 # --- fine-tuning: one score per option on <s>, softmax over the options ------------------------
