@@ -105,7 +105,14 @@ PLANS: dict[str, list[Job]] = {
         Job(
             "finetune",
             "finetune_throughput.py",
-            ("--examples", "SST-2=16:4,RTE=8:4,SQuAD=4:4", "--shape", "tiny:2x128", "--repeats", "2"),
+            (
+                "--examples",
+                "SST-2=16:4,RTE=8:4,SQuAD=4:4,CoNLL=16:4",
+                "--shape",
+                "tiny:2x128",
+                "--repeats",
+                "2",
+            ),
         ),
         Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=1),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "0.5", "--repeats", "1"), tokenizer_rows),
@@ -122,7 +129,7 @@ PLANS: dict[str, list[Job]] = {
         Job(
             "finetune",
             "finetune_throughput.py",
-            ("--examples", "SST-2=192,RTE=96,SQuAD=96:16", "--shape", "tiny", "--repeats", "2"),
+            ("--examples", "SST-2=192,RTE=96,SQuAD=96:16,CoNLL=192", "--shape", "tiny", "--repeats", "2"),
         ),
         Job("prepare", "prepare_throughput.py", ("--big-gb", "0"), prepare_rows, corpus_mb=16),
         Job("tokenizer", "tokenizer_speed.py", ("--mb", "5", "--repeats", "2"), tokenizer_rows),
@@ -139,7 +146,7 @@ PLANS: dict[str, list[Job]] = {
         Job(
             "finetune",
             "finetune_throughput.py",
-            ("--examples", "SST-2=512,RTE=128,SQuAD=64", "--shape", "tiny", "--repeats", "3"),
+            ("--examples", "SST-2=512,RTE=128,SQuAD=64,CoNLL=512", "--shape", "tiny", "--repeats", "3"),
         ),
         Job(
             "finetune-base",
@@ -168,11 +175,13 @@ What each row times (details: each script's `--help`):
   our loader). Ours (`tasks.pretrain.mlm_loss`) computes the real tokens only and the last layer
   and the vocabulary at the masked positions only; HF computes every position.
 - **Fine-tuning**: a slice is one whole one-epoch run of each side on the same training subset,
-  each in its own process, the first rotating. Ours: `roberta finetune glue|squad`, timed by its
+  each in its own process, the first rotating. Ours: `roberta finetune glue|squad|tag`, timed by its
   trainer's clock (real tokens / the tokens_per_s it logs: batch building, forward, backward,
   update; not start-up, tokenization, the dev evaluation or checkpoints). HF: `Trainer`, timed by
   `train_runtime` (the training loop; not model loading or tokenization), dynamic padding with
-  random order (its default) or `group_by_length`. Random-init weights, the same on both sides;
+  random order (its default) or `group_by_length`; CoNLL-2003 tagging: `RobertaForTokenClassification`
+  and `DataCollatorForTokenClassification` on our encoded sentences and labels (sentences/s, the
+  same tokens on both sides, so the ratio is that of tokens/s). Random-init weights, the same on both sides;
   the same batch, max length, fused AdamW (0.9, 0.98, 1e-6, wd 0.1), linear schedule with 6%
   warmup, no clipping. Peak RSS: the largest of each side's processes (the whole process, imports included).
 - **MFU**: FLOPs by one formula for both sides (`harness.training_flops`: 6 x non-embedding

@@ -11,7 +11,9 @@ the first rotating, --repeats times; each reports its training time and its own 
                end-of-run dev evaluation or checkpoints: real tokens / the tokens_per_s it logs
                once for the whole run (--train.log_every larger than the run).
   HF           `Trainer` + `AutoModelForSequenceClassification` (SQuAD:
-               `AutoModelForQuestionAnswering`), `DataCollatorWithPadding`, random order (its
+               `AutoModelForQuestionAnswering`; CoNLL: `AutoModelForTokenClassification` and
+               `DataCollatorForTokenClassification`, our encoded sentences and their first-sub-token
+               labels handed over as they are), `DataCollatorWithPadding`, random order (its
                defaults) or `train_sampling_strategy="group_by_length"`. Training time:
                `train_runtime` of `Trainer.train()`, which covers the training loop, not model
                loading or tokenization; no evaluation, no saving.
@@ -44,13 +46,14 @@ from roberta.config import RobertaConfig
 
 HF_DEFAULT, HF_GROUPED = "HF Trainer", "HF Trainer, group_by_length"
 GOALS = {HF_DEFAULT: 2.0, HF_GROUPED: 1.2, "SQuAD": 1.3}  # from the issues: ours / HF examples/s
+CONLL_GOALS = {HF_DEFAULT: 2.0, HF_GROUPED: 1.2}  # issue #46: token tagging at 2x HF Trainer's default
 DEV_EXAMPLES = 16  # our CLI evaluates dev at the end (not timed); a few rows keep that short
 SQUAD_MAX_LENGTH, SQUAD_STRIDE, SQUAD_MAX_QUERY = 384, 128, 64
 
 
 @dataclass(frozen=True)
 class Task:
-    name: str  # SST-2, RTE or SQuAD
+    name: str  # SST-2, RTE, SQuAD or CoNLL (CoNLL-2003 NER tagging)
     examples: int  # training examples (SQuAD: questions) per run
     batch: int
     lr: float
@@ -58,6 +61,10 @@ class Task:
     @property
     def squad(self) -> bool:
         return self.name == "SQuAD"
+
+    @property
+    def conll(self) -> bool:
+        return self.name == "CoNLL"
 
 
 @dataclass
@@ -68,7 +75,7 @@ class Setup:
     train: Path  # GLUE: a task directory with train.tsv + dev.tsv; SQuAD: the training JSON
     dev: Path | None  # SQuAD's dev JSON
     lengths: list[int]  # real tokens of each training example (SQuAD: window) in our encoding
-    windows: Path | None = None  # SQuAD: our training windows, for HF
+    windows: Path | None = None  # SQuAD, CoNLL: our training windows (and labels), for HF
 
 
 def tasks(sizes: str) -> list[Task]:
@@ -76,6 +83,7 @@ def tasks(sizes: str) -> list[Task]:
     recipe's)."""
     from roberta.tasks.glue import get_task
     from roberta.tasks.squad import SQUAD_BATCH, SQUAD_LR
+    from roberta.tasks.tag import TAG_BATCH, TAG_LR
 
     found = []
     for item in sizes.split(","):
@@ -83,6 +91,8 @@ def tasks(sizes: str) -> list[Task]:
         count, _, batch = size.partition(":")
         if name == "SQuAD":
             found.append(Task(name, int(count), int(batch or SQUAD_BATCH), SQUAD_LR))
+        elif name == "CoNLL":
+            found.append(Task(name, int(count), int(batch or TAG_BATCH), TAG_LR))
         else:
             glue = get_task(name)
             found.append(Task(glue.name, int(count), int(batch or glue.batch_size), glue.lr))
@@ -156,6 +166,41 @@ def squad_setup(task: Task, data: Path, work: Path) -> Setup:
     )
 
 
+def conll_setup(task: Task, data: Path, work: Path) -> Setup:
+    """The first N sentences of CoNLL-2003's train.txt (and 16 of valid.txt), and our training
+    windows with their labels (first sub-tokens), which HF is handed as they are."""
+    import numpy as np
+
+    from roberta.tagging.encoding import encode_words, make_windows, token_labels
+    from roberta.tasks.tag_data import label_ids, label_set, read_tagged
+    from roberta.tokenizer import load_tokenizer
+
+    out = work / "CoNLL"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, count in (("train", task.examples), ("valid", DEV_EXAMPLES)):
+        write_conll(read_tagged(data / "conll2003" / f"{name}.txt")[:count], out / f"{name}.txt")
+    tokenizer = load_tokenizer(data / "gpt2_bpe")
+    sentences = read_tagged(out / "train.txt")
+    labels = label_set(sentences, "iob2")
+    encoded = encode_words(tokenizer, [s.words for s in sentences])
+    ids = label_ids(out / "train.txt", sentences, labels)
+    per_token = [token_labels(e, i) for e, i in zip(encoded, ids)]
+    windows = make_windows(encoded, tokenizer.bos_id, tokenizer.eos_id, 512, 127, per_token)
+    records = [{"input_ids": w.tokens.tolist(), "labels": np.asarray(w.labels).tolist()} for w in windows]
+    (out / "windows.json").write_text(json.dumps({"labels": labels, "windows": records}))
+    return Setup(
+        task, out / "train.txt", out / "valid.txt", [len(w.tokens) for w in windows], out / "windows.json"
+    )
+
+
+def write_conll(sentences, path: Path) -> None:
+    """Sentences as CoNLL lines of word and tag, a blank line after each."""
+    path.write_text(
+        "".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n" for s in sentences),
+        encoding="utf-8",
+    )
+
+
 def squad_subset(articles: list[dict], questions: int) -> dict:
     """The first `questions` questions of these articles, as an official SQuAD v1.1 file."""
     kept = []
@@ -180,6 +225,8 @@ def ours_argv(setup: Setup, init: Path, out: Path) -> list[str]:
     if task.squad:
         verb = ["squad", "--version", "1.1", "--train", str(setup.train), "--dev", str(setup.dev)]
         verb += ["--stride", str(SQUAD_STRIDE), "--max-query", str(SQUAD_MAX_QUERY)]
+    elif task.conll:
+        verb = ["tag", "--train", str(setup.train), "--dev", str(setup.dev), "--lr", str(task.lr)]
     else:
         verb = ["glue", "--task", task.name, "--data", str(setup.train)]
     batch = [f"--train.batch_size={task.batch}", f"--train.micro_batch_size={task.batch}"]
@@ -209,7 +256,7 @@ def hf_argv(setup: Setup, hf_dir: Path, out: Path, strategy: str, threads: int) 
         "lr": task.lr,
         "strategy": strategy,
         "threads": threads,
-        "train": str(setup.windows if task.squad else setup.train / "train.tsv"),
+        "train": str(setup.windows if task.squad or task.conll else setup.train / "train.tsv"),
     }
     return [sys.executable, __file__, "--hf-run", json.dumps(spec)]
 
@@ -224,10 +271,20 @@ def hf_run(spec: dict) -> None:
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(spec["threads"])
     tokenizer = transformers.AutoTokenizer.from_pretrained(spec["hf_dir"])
+    collator = DataCollatorWithPadding(tokenizer)
     if spec["task"] == "SQuAD":
         windows = json.loads(Path(spec["train"]).read_text())
         dataset = [{**w, "attention_mask": [1] * len(w["input_ids"])} for w in windows]
         model = transformers.AutoModelForQuestionAnswering.from_pretrained(spec["hf_dir"])
+    elif spec["task"] == "CoNLL":
+        # HF's token-classification recipe: RobertaForTokenClassification, labels padded with -100.
+        saved = json.loads(Path(spec["train"]).read_text())
+        dataset = [{**w, "attention_mask": [1] * len(w["input_ids"])} for w in saved["windows"]]
+        labels = saved["labels"]
+        model = transformers.AutoModelForTokenClassification.from_pretrained(
+            spec["hf_dir"], num_labels=len(labels), id2label=dict(enumerate(labels))
+        )
+        collator = transformers.DataCollatorForTokenClassification(tokenizer)
     else:
         from roberta.tasks.classify import label_ids
         from roberta.tasks.glue import get_task, read_split
@@ -252,11 +309,7 @@ def hf_run(spec: dict) -> None:
         eval_strategy="no",
     )
     trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        processing_class=tokenizer,
+        model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
     )
     seconds = trainer.train().metrics["train_runtime"]
     print(
@@ -311,6 +364,9 @@ def compare(
 ) -> list[harness.Row]:
     task = setup.task
     baselines = [HF_DEFAULT] if task.squad else [HF_DEFAULT, HF_GROUPED]
+    goals = (
+        CONLL_GOALS if task.conll else {name: GOALS["SQuAD" if task.squad else name] for name in baselines}
+    )
     mean_length = statistics.mean(setup.lengths)
     print(
         f"{task.name}: {task.examples} examples, {len(setup.lengths)} sequences of {mean_length:.0f} "
@@ -327,10 +383,12 @@ def compare(
     def mfu(side: str) -> float:
         return harness.Spread.of(rates[side]).median * flops_per_example / peak
 
-    unit = "windows/s" if task.squad else "examples/s"
+    unit = "windows/s" if task.squad else "sentences/s" if task.conll else "examples/s"
     what = (
         f"SQuAD v1.1 ({len(setup.lengths)} windows of ≤ {SQUAD_MAX_LENGTH} tokens, stride {SQUAD_STRIDE}"
         if task.squad
+        else f"CoNLL-2003 NER tagging ({len(setup.lengths)} sentences"
+        if task.conll
         else f"{task.name} ({len(setup.lengths)} examples of ≤ 512 tokens"
     )
     what += f", mean {mean_length:.0f})"
@@ -341,10 +399,10 @@ def compare(
             unit,
             rates["ours"],
             rates[name],
-            goal=GOALS["SQuAD" if task.squad else name],
+            goal=goals[name],
             rss_mb=(sides.peak_rss["ours"], sides.peak_rss[name]),
             mfu=(mfu("ours"), mfu(name)),
-            memory_goal=not task.squad,
+            memory_goal=not (task.squad or task.conll),  # tagging's goal (#46) is speed alone
         )
         for name in baselines
     ]
@@ -355,8 +413,8 @@ def main() -> None:
     p.add_argument(
         "--examples",
         default="SST-2=512,RTE=128,SQuAD=64",
-        help="TASK=N[:B],...: N training examples per run (SQuAD: questions), batch B (default: the "
-        "task's recipe: SST-2 32, RTE 16, SQuAD 48); tasks SST-2, RTE, SQuAD "
+        help="TASK=N[:B],...: N training examples per run (SQuAD: questions; CoNLL: sentences), batch B "
+        "(default: the task's recipe: SST-2 32, RTE 16, SQuAD 48, CoNLL 32); tasks SST-2, RTE, SQuAD, CoNLL "
         "(default SST-2=512,RTE=128,SQuAD=64)",
     )
     p.add_argument(
@@ -380,7 +438,11 @@ def main() -> None:
     rows = []
     for task in tasks(args.examples):
         setup = (
-            squad_setup(task, args.data, args.work) if task.squad else glue_setup(task, args.data, args.work)
+            squad_setup(task, args.data, args.work)
+            if task.squad
+            else conll_setup(task, args.data, args.work)
+            if task.conll
+            else glue_setup(task, args.data, args.work)
         )
         rows += compare(setup, ours, hf, config, args, peak)
     print(harness.format_table(rows))

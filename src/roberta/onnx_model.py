@@ -16,13 +16,14 @@ of a graph it runs, and the whole fill-mask graph scores every position against 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from roberta.checkpoint import mark_without_lm_head
+from roberta.checkpoint import check_vocabulary, mark_without_lm_head
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.model import EMBEDDING_HEAD, EncoderOutput, require_head
@@ -268,6 +269,44 @@ def read_manifest(directory: Path) -> dict:
 _JSON = {dict: "object", bool: "true or false"}
 
 
+# A graph's token and position tables (int8 graphs keep them as `..._quantized`).
+TABLES = {
+    "vocab_size": re.compile(r"(?:^|\.)embed_tokens\.weight(?:_quantized)?$"),
+    "max_positions": re.compile(r"(?:^|\.)embed_positions\.weight(?:_quantized)?$"),
+}
+
+
+def check_graph_tables(graph: Path, config: RobertaConfig, manifest: Path) -> None:
+    """The rows of `graph`'s token and position tables as `manifest`'s config gives them: the
+    limits a server enforces come from the config, so a manifest claiming more positions than the
+    graph has would let long texts through to onnxruntime's out-of-range error (UserError, at load).
+    A graph that is missing or unreadable is left to `session` to name."""
+    import onnx
+
+    try:
+        initializers = onnx.load(str(graph), load_external_data=False).graph.initializer
+    except Exception:  # noqa: BLE001 - `session` names it
+        return
+    shapes = {
+        field: next(
+            (tuple(i.dims) for i in initializers if pattern.search(i.name) and len(i.dims) == 2), None
+        )
+        for field, pattern in TABLES.items()
+    }
+    for field, shape in shapes.items():
+        if shape is None:
+            raise UserError(f"{graph}: no {TABLES[field].pattern} table: not a graph of this export")
+        for name, want, found in (
+            (field, getattr(config, field), shape[0]),
+            ("hidden_size", config.hidden_size, shape[1]),
+        ):
+            if found != want:
+                raise UserError(
+                    f"{manifest}: field 'config.{name}' is {want}, but {graph} holds {found}: "
+                    "the manifest disagrees with its graph (export it again)"
+                )
+
+
 def load_onnx(
     directory: str | Path, int8: bool = False, threads: int = 1, spin: bool = True
 ) -> tuple[OnnxModel, Tokenizer]:
@@ -279,6 +318,18 @@ def load_onnx(
         raise UserError(f"{directory}: holds no int8 graphs (export with --int8)")
     config = RobertaConfig.from_dict(manifest["config"], str(directory / MANIFEST))
     graph = graph_file(int8)
+    tasks = [FEATURES, *manifest["heads"], *([FILL_MASK] if manifest["lm_head"] else [])]
+    for task in tasks:
+        if (directory / task / graph).is_file():
+            check_graph_tables(directory / task / graph, config, directory / MANIFEST)
+    tokenizer = load_tokenizer(directory / FEATURES)
+    check_vocabulary(tokenizer, config, str(directory / FEATURES))
+    for task in tasks[1:]:  # what Optimum and transformers.js read in each task's directory
+        if load_tokenizer(directory / task).fingerprint() != tokenizer.fingerprint():
+            raise UserError(
+                f"{directory / task}: its tokenizer differs from {directory / FEATURES}'s: "
+                "the export's directories disagree (export it again)"
+            )
     heads = {
         name: OnnxHead(spec, session(directory / name / graph, threads, spin=spin))
         for name, spec in manifest["heads"].items()
@@ -286,4 +337,4 @@ def load_onnx(
     lm_head = lm_head_session(directory / FILL_MASK / graph, threads, spin) if manifest["lm_head"] else None
     model = OnnxModel(config, session(directory / FEATURES / graph, threads, spin=spin), lm_head, heads)
     mark_without_lm_head(model, None if manifest["lm_head"] else str(directory))
-    return model.eval(), load_tokenizer(directory / FEATURES)
+    return model.eval(), tokenizer

@@ -9,6 +9,8 @@ anchor, e.g. all-MiniLM-L6-v2, through its own library), so both are measured al
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +42,8 @@ def evaluate_sts(
     from roberta.errors import UserError
 
     pairs = read_pairs(data, columns)
+    if len(pairs) < 2:
+        raise UserError(f"{data}: {len(pairs)} pair, but a correlation needs at least 2")
     texts = [p.text for p in pairs] + [p.pair for p in pairs]
     if is_sentence_transformer(model) and not is_checkpoint(model):
         if pool is not None:
@@ -57,7 +61,16 @@ def evaluate_sts(
             else f"roberta, {pool or 'cls'}"
         )
     n = len(pairs)
-    figures = sts_figures(cosines(vectors[:n], vectors[n:]), [p.score for p in pairs])
+    predicted, scores = cosines(vectors[:n], vectors[n:]), [p.score for p in pairs]
+    figures = sts_figures(predicted, scores)
+    if any(math.isnan(value) for value in figures.values()):
+        # A correlation is undefined only where one side is constant.
+        why = (
+            f"{data} has the same score everywhere"
+            if len(set(scores)) == 1
+            else f"{model} gives every pair the same cosine"
+        )
+        warnings.warn(f"spearman, pearson undefined: {why}", stacklevel=2)
     return {
         "spearman": 100 * figures["spearman"],
         "pearson": 100 * figures["pearson"],

@@ -193,6 +193,60 @@ CASES = [
         argv=serve("--port", "0", "--cors-origin", "https://app.example/"),
     ),
     Case(
+        "serve/cors-origin-wildcard-host",
+        "(a wildcard matches no Origin header: name each origin)",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "https://*.example.com"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-wildcard-port",
+        "(a wildcard matches no Origin header",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "https://app.example:*"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-capitals",
+        "(in lower case, as a browser sends it)",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "https://App.Example"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-default-port",
+        "(a browser leaves out https's default port 443)",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "https://app.example:443"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-port-range",
+        "(port 70000 is not a port)",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "http://app.example:70000"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-user",
+        "--cors-origin 'https://me@app.example': an origin is scheme://host[:port] with no path",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "https://me@app.example"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-query",
+        "--cors-origin 'https://app.example?x=1': an origin is scheme://host[:port] with no path",
+        argv=serve(
+            "--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "https://app.example?x=1"
+        ),
+    ),
+    Case(
+        "serve/cors-origin-no-scheme",
+        "--cors-origin 'app.example': an origin is scheme://host[:port] with no path",
+        argv=serve("--port", "0", "--cors-origin", "https://ok.example", "--cors-origin", "app.example"),
+    ),
+    Case(
         "serve/onnx-no-encoder",
         "feature-extraction/onnx/model.onnx: missing: the export is incomplete",
         argv=serve_damaged(lambda e: (e / "feature-extraction/onnx/model.onnx").unlink()),

@@ -109,7 +109,7 @@ BAD = [
     ("/answer", {"question": "Who?"}, "field 'context' is required"),
     ("/answer", {"question": "Who?", "context": ""}, "field 'context': empty"),
     ("/answer", {"question": "Who?", "context": "x", "head": "topic"}, "is a classification head"),
-    ("/v1/embeddings", {"input": "x", "encoding_format": "base64"}, "only 'float'"),
+    ("/v1/embeddings", {"input": "x", "encoding_format": "binary"}, "give 'float' or 'base64'"),
     # Valid JSON that is no text: a lone surrogate, in every field that takes text.
     ("/fill-mask", rb'{"text": "The \ud800 <mask>."}', "field 'text': not valid Unicode text"),
     ("/embed", rb'{"text": ["ok", "\udfff"]}', "field 'text'[1]: not valid Unicode text"),

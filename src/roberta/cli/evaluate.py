@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from roberta.cli import tag as tag_cli
+from roberta.cli import winograd as winograd_cli
 from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, print_figures
 
 
@@ -112,5 +113,6 @@ EVALUATE_TASKS = {
     "squad": _evaluate_squad,
     "sts": _evaluate_sts,
     "tag": tag_cli.evaluate_tag,
+    **winograd_cli.EVALUATE_TASKS,
 }
 VERBS = {"evaluate": _evaluate}

@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from roberta.cli import tag as tag_cli
+from roberta.cli import winograd as winograd_cli
 from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, add_options, options_from
 from roberta.options import ProbeOptions
 
@@ -444,6 +445,7 @@ FINETUNE_TASKS = {
     "race": _finetune_race,
     "embed": _finetune_embed,
     "tag": tag_cli.finetune_tag,
+    **winograd_cli.FINETUNE_TASKS,
 }
 DISTILL_TASKS = {"glue": _distill_glue, "classify": _distill_classify, "embed": _distill_embed}
 VERBS = {"finetune": _finetune, "distill": _distill, "probe": _probe}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from roberta.cli import winograd as winograd_cli
 from roberta.cli.common import Handler, hub_options, line_file_options, load_hub, run_line_file
 from roberta.errors import UserError
 
@@ -70,12 +71,14 @@ def _embed(p: argparse.ArgumentParser) -> Handler:
 
 
 def _predict(p: argparse.ArgumentParser) -> Handler:
-    """classify each row of a TSV, Parquet or Arrow file with a checkpoint's classification head
+    """classify each row of a TSV, Parquet or Arrow file with a classification head, or tag a file
 
     Runs the classification head --head on the text (or text pair) of each row of --input: a TSV
     file, or a .parquet / .arrow file whose text column(s) --columns names (default text). --out
     gets a header and per row the predicted label index and each class's probability (a one-output
-    regression head: its score); written under a temporary name, then renamed.
+    regression head: its score); written under a temporary name, then renamed. With a tagging --head,
+    --input is a CoNLL file (words in column 0 or --columns N) or JSONL/Parquet rows of `tokens`, and
+    --out gets each word's tag (CoNLL lines; JSONL rows where --out ends in .jsonl).
     """
     hub_options(p)
     p.add_argument("--head", help="classification head name (required without --task)")
@@ -84,7 +87,8 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
         metavar="T",
         help="a GLUE task: read --input as its test TSV and write the leaderboard "
         "file (index, label name; a score for STS-B) with the head named T, which must have T's "
-        "number of outputs (no --head, --columns or --header with it)",
+        "number of outputs (no --head, --columns or --header with it); or WSC, WNLI-WSC, WinoGrande, "
+        "CommonsenseQA: their test files' leaderboard files (docs/winograd.md)",
     )
     line_file_options(
         p,
@@ -101,15 +105,22 @@ def _predict(p: argparse.ArgumentParser) -> Handler:
     p.add_argument("--header", action="store_true", help="the first line is a header, not a row")
 
     def run(args: argparse.Namespace) -> None:
+        from roberta.cli.tag import predict_or_tag
         from roberta.infer import predict_file
 
         if args.task:
-            _predict_task(args)
+            if not winograd_cli.predict_task(args):
+                _predict_task(args)
             return
         if not args.head:
             raise UserError("predict: give --head (or --task for a GLUE test file)")
         run_line_file(
-            args, predict_file, "predictions", head=args.head, columns=args.columns, header=args.header
+            args,
+            predict_or_tag(predict_file),
+            "predictions",
+            head=args.head,
+            columns=args.columns,
+            header=args.header,
         )
 
     return run

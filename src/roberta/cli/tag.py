@@ -13,20 +13,31 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tag-column",
         type=int,
+        metavar="N",
         default=-1,
         help="CoNLL files: the column of the tags, 0-based, -1 the last (default -1; CoNLL-2003's NER "
         "tags are column 3, its POS tags column 1)",
     )
     p.add_argument(
-        "--word-column", type=int, default=0, help="CoNLL files: the column of the words (default 0)"
+        "--word-column",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CoNLL files: the column of the words (default 0)",
     )
     p.add_argument(
-        "--tokens-field", default="tokens", help="JSONL/Parquet: the list of words (default tokens)"
+        "--tokens-field",
+        default="tokens",
+        metavar="NAME",
+        help="JSONL/Parquet: the list of words (default tokens)",
     )
-    p.add_argument("--tags-field", default="tags", help="JSONL/Parquet: the list of tags (default tags)")
+    p.add_argument(
+        "--tags-field", default="tags", metavar="NAME", help="JSONL/Parquet: the list of tags (default tags)"
+    )
     p.add_argument(
         "--scheme",
         default="iob2",
+        metavar="S",
         help="the tags' scheme: iob2 (default), iob1, iobes, or none (plain labels such as parts of "
         "speech: scored by token accuracy)",
     )
@@ -69,7 +80,10 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
         help="train every sub-token of a word on its label (B- continuing as I-), not only the first",
     )
     p.add_argument(
-        "--stride", type=int, help="sub-tokens shared by the windows of a long sentence (default: a quarter)"
+        "--stride",
+        type=int,
+        metavar="N",
+        help="sub-tokens shared by the windows of a long sentence (default: a quarter)",
     )
     p.add_argument("--head", default="tagger", help="name of the tagging head (default tagger)")
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default 5e-5)")
@@ -118,5 +132,28 @@ def evaluate_tag(p: argparse.ArgumentParser) -> Handler:
         from roberta.tasks.tag_data import evaluate_tagged
 
         print_figures(evaluate_tagged(args.gold, args.predictions, _columns(args), args.scheme))
+
+    return run
+
+
+def predict_or_tag(predict_file):
+    """`predict`'s file call, which a tagging --head turns into tagging: --input a CoNLL file (words
+    in column 0, or the one --columns gives) or JSONL/Parquet rows of `tokens`; --out CoNLL lines
+    of word and tag (JSONL rows of tokens and tags where it ends in .jsonl)."""
+
+    def run(
+        roberta, *, head: str, columns: str | None = None, header: bool = False, int8: bool = False, **rest
+    ):
+        module = roberta.model.heads[head] if head in roberta.model.heads else None
+        if module is None or module.kind != "tagging":
+            return predict_file(roberta, head=head, columns=columns, header=header, int8=int8, **rest)
+        from roberta.errors import UserError
+        from roberta.hub.tag import tag_file
+
+        if columns is not None and not columns.isdigit():
+            raise UserError(f"--columns {columns!r}: a tagging head reads the words' column, a number")
+        if int8:
+            roberta.quantize()
+        return tag_file(roberta, rest["input"], rest["out"], head, int(columns or 0))
 
     return run

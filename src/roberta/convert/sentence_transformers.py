@@ -56,6 +56,68 @@ def is_sentence_transformer(path: str | Path) -> bool:
     return (Path(path) / MODULES).is_file()
 
 
+# A module named by the library's own package is the library's class; anything else is Python code
+# shipped with the directory, which sentence-transformers 3-5 imported from a local directory
+# without being asked.
+LIBRARY = "sentence_transformers."
+# Keys under which transformers and sentence-transformers find code of the directory's own
+# (`auto_map`), or are told to run it (`trust_remote_code`).
+CODE_KEYS = ("auto_map", "trust_remote_code")
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not readable JSON ({str(e).splitlines()[0][:120]})") from None
+
+
+def _code_key(value: object, where: str) -> str | None:
+    """The first `CODE_KEYS` entry in a JSON value (a trust_remote_code only where true), by its path."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in CODE_KEYS and (key == "auto_map" or item is True):
+                return f"{where}{key}"
+            found = _code_key(item, f"{where}{key}.")
+            if found:
+                return found
+    elif isinstance(value, list):
+        return next(
+            (f for k, item in enumerate(value) if (f := _code_key(item, f"{where}{k}.")) is not None), None
+        )
+    return None
+
+
+def check_no_code(path: Path) -> None:
+    """Refuse a sentence-transformers directory that names code of its own, before the library reads
+    it: a module outside the library's package in modules.json, a module path leaving the directory,
+    or an `auto_map` / `trust_remote_code: true` in any of its JSON configs. Nothing shipped with a
+    model runs."""
+    modules = _read_json(path / MODULES)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise UserError(f"{path / MODULES}: expected a list of module objects")
+    folders = [path]
+    for k, module in enumerate(modules):
+        kind, folder = module.get("type"), module.get("path", "")
+        if not (isinstance(kind, str) and kind.startswith(LIBRARY)):
+            raise UserError(
+                f"{path / MODULES}: module {k} is {kind!r}, not one of sentence-transformers' own "
+                "classes: code shipped with a model is never run"
+            )
+        if not isinstance(folder, str) or Path(folder).is_absolute() or ".." in Path(folder).parts:
+            raise UserError(f"{path / MODULES}: module {k}'s path {folder!r} leaves the directory")
+        folders.append(path / folder)
+    for config in sorted({c for folder in folders for c in folder.glob("*.json") if c.is_file()}):
+        if config.stat().st_size > (1 << 20):  # vocabularies (tokenizer.json), not configs
+            continue
+        key = _code_key(_read_json(config), "")
+        if key is not None:
+            raise UserError(
+                f"{config}: field {key!r} asks for code shipped with the model, which is never run "
+                "(use a model of the library's own classes)"
+            )
+
+
 @dataclass
 class SentenceEncoder:
     """A sentence-transformers model read from its directory, with what distillation caches by."""
@@ -75,6 +137,7 @@ class SentenceEncoder:
                 f"{path}: not a sentence encoder: no {MODULES} (a sentence-transformers model directory, "
                 "e.g. all-MiniLM-L6-v2's, names the modules its vectors come from)"
             )
+        check_no_code(path)
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:
@@ -84,7 +147,9 @@ class SentenceEncoder:
             ) from None
         try:
             with quiet_transformers():  # a refusal after the load stays one line
-                model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+                model = SentenceTransformer(
+                    str(path), device="cpu", local_files_only=True, trust_remote_code=False
+                )
         except Exception as e:  # the library's errors are many and unlike each other: one line
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"{path}: sentence-transformers cannot load it: {first[:200]}") from None
@@ -210,16 +275,30 @@ def read_embedding_head(directory: Path, config) -> nn.Module | None:
 
     if not is_sentence_transformer(directory):
         return None
-    modules = read_json(directory / MODULES)
-    kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules] if isinstance(modules, list) else []
+    modules = _read_json(directory / MODULES)  # a list, as the library writes it
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise UserError(f"{directory / MODULES}: expected a list of module objects")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Dense"]):
         return None
     pooling = read_json(directory / modules[1]["path"] / "config.json")
+    for key, on in pooling.items():  # a "true" string would be read as no pooling at all
+        if key.startswith("pooling_mode_") and not isinstance(on, bool):
+            raise UserError(
+                f"{directory / modules[1]['path'] / 'config.json'}: field {key!r} must be true or false, "
+                f"not {json.dumps(on)[:40]}"
+            )
     modes = {key for key, on in pooling.items() if key.startswith("pooling_mode_") and on is True}
     pool = {frozenset({"pooling_mode_cls_token"}): "cls", frozenset({"pooling_mode_mean_tokens"}): "mean"}
     if frozenset(modes) not in pool:
         return None
     dense = read_json(directory / modules[2]["path"] / "config.json") if len(modules) == 3 else None
+    for key, kind in (("bias", bool), ("out_features", int), ("activation_function", str)):
+        if dense is not None and key in dense and not isinstance(dense[key], kind):
+            raise UserError(
+                f"{directory / modules[2]['path'] / 'config.json'}: field {key!r} must be a "
+                f"{kind.__name__}, not {json.dumps(dense[key])[:40]}"
+            )
     if dense is not None and (dense.get("activation_function") != IDENTITY or dense.get("bias") is False):
         return None
     head = EmbeddingHead(config, pool[frozenset(modes)], dense["out_features"] if dense else None)

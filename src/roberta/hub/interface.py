@@ -295,6 +295,16 @@ class Roberta(nn.Module):
         as HF's token-classification pipeline with aggregation_strategy="simple" groups them."""
         return tag(self, text, name)
 
+    def disambiguate(
+        self, sentence: str, candidates: Sequence[str] | None = None, return_scores: bool = False
+    ):
+        """fairseq's `disambiguate_pronoun`: the candidate that the `[pronoun]` marked in `sentence`
+        refers to, scored by the masked LM at the pronoun's place (without `candidates`: the
+        sentence's noun phrases; with a `_query_` marked: whether it wins). See hub/disambiguate.py."""
+        from roberta.hub.disambiguate import disambiguate
+
+        return disambiguate(self, sentence, candidates, return_scores)
+
     def fill_mask(self, masked_input: str | Sequence[str], topk: int = 5):
         """The `topk` fillings of the one `<mask>` in a text: [(filled text, probability, token)].
 

@@ -4,10 +4,13 @@ offsets, grouped from sub-tokens as HF's token-classification pipeline does with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from roberta.errors import UserError
-from roberta.tagging.predict import tag_texts
+from roberta.io import atomic_write
+from roberta.tagging.predict import tag_texts, tag_words
 
 
 def tagging_head(hub, name: str | None) -> str:
@@ -38,3 +41,24 @@ def tag(hub, text: str | Sequence[str], name: str | None = None) -> list:
     head = tagging_head(hub, name)
     found = tag_texts(hub.model, hub.tokenizer, head, list(texts), hub.batch_tokens)
     return found[0] if isinstance(text, str) else found
+
+
+def tag_file(hub, input: str | Path, out: str | Path, head: str | None = None, word_column: int = 0) -> int:
+    """Tags for every sentence of `input` (a CoNLL file, words in `word_column`, or .jsonl /
+    .parquet / .arrow rows of `tokens`) into `out`: JSONL rows {"tokens", "tags"} where `out` ends
+    in .jsonl, else CoNLL lines "word<TAB>tag" with a blank line after each sentence (what
+    `roberta evaluate tag` reads). Written under a temporary name, then renamed; the count of
+    sentences."""
+    from roberta.tasks.tag_data import TagColumns, read_tagged
+
+    name = tagging_head(hub, head)
+    sentences = read_tagged(input, TagColumns(word_column=word_column), tagged=False)
+    tags = tag_words(hub.model, hub.tokenizer, name, [s.words for s in sentences], hub.batch_tokens)
+    jsonl = Path(out).suffix.lower() == ".jsonl"
+    with atomic_write(out) as f:
+        for sentence, row in zip(sentences, tags):
+            if jsonl:
+                f.write(json.dumps({"tokens": list(sentence.words), "tags": row}, ensure_ascii=False) + "\n")
+            else:
+                f.write("".join(f"{word}\t{tag}\n" for word, tag in zip(sentence.words, row)) + "\n")
+    return len(sentences)

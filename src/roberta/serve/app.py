@@ -38,8 +38,13 @@ from roberta.serve.metrics import Metrics
 from roberta.serve.observe import Observe
 
 MESSAGE_CHARS = 300  # an error quotes at most this much: a 1 MB body never becomes a 1 MB message
-# What a browser sends as Origin: scheme://host[:port], never a path, not even "/".
-ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
+# What a browser sends as Origin (RFC 6454): scheme://host[:port], serialized as the URL parser
+# does it: scheme and host in lower case, no path (not even "/"), no user, no default port, no
+# wildcard (CORS compares origins as strings: `https://*.example.com` matches no Origin at all).
+ORIGIN = re.compile(
+    r"(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<host>[a-z0-9._-]+|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]+))?"
+)
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -114,13 +119,22 @@ async def _on_error(request: Request, e: Exception) -> JSONResponse:
     return error(500, f"{type(e).__name__}: {e}")
 
 
-def _endpoint(hub: Roberta, batcher: Batcher, options: ServeOptions, parse, respond) -> Callable:
-    """A POST endpoint: `parse` the body into the batcher's job, `respond` with its results."""
+def _endpoint(hub: Roberta, batcher: Batcher, options: ServeOptions, path: str, parse, respond) -> Callable:
+    """A POST endpoint: `parse` the body into the batcher's job, `respond` with its results. A field
+    that `path`'s schema does not name is refused, never ignored."""
+    fields = tuple(openapi.REQUESTS[path]["properties"])
 
     def check(body: bytes) -> endpoints.Parsed:
-        return parse(hub, json_object(body), options)
+        request = json_object(body)
+        endpoints.check_fields(request, fields, path)
+        return parse(hub, request, options)
 
     async def handle(request: Request) -> Response:
+        if request.url.query:  # a parameter in the URL would be ignored: the body says everything
+            name = request.url.query.partition("=")[0][:40]
+            raise UserError(
+                f"query parameter {name!r}: {path} reads a JSON body only (it reads {', '.join(fields)})"
+            )
         parsed = await run_in_threadpool(check, await read_body(request, options.max_body_bytes))
         request.state.items, request.state.tokens = len(parsed.items), parsed.tokens  # the access log's
         future = batcher.submit(parsed.key, parsed.items, parsed.lengths)
@@ -131,14 +145,30 @@ def _endpoint(hub: Roberta, batcher: Batcher, options: ServeOptions, parse, resp
     return handle
 
 
+def _origin_fault(origin: str) -> str | None:
+    """Why `origin` is no Origin a browser sends ("" where its shape alone is wrong), or None."""
+    found = ORIGIN.fullmatch(origin)
+    if "*" in origin:
+        return " (a wildcard matches no Origin header: name each origin)"
+    if found is None:
+        return " (in lower case, as a browser sends it)" if ORIGIN.fullmatch(origin.lower()) else ""
+    port = found["port"]
+    if port and (port[0] == "0" or not 0 < int(port) < 65536):
+        return f" (port {port} is not a port)"
+    if port and DEFAULT_PORTS.get(found["scheme"]) == int(port):
+        return f" (a browser leaves out {found['scheme']}'s default port {port})"
+    return None
+
+
 def check_origins(origins: tuple[str, ...]) -> None:
     """Each `--cors-origin` an origin a browser can send, or * (UserError otherwise: a trailing
-    slash or a path would silently match no page)."""
+    slash, a path, a wildcard host, capitals or a default port would silently match no page)."""
     for origin in origins:
-        if origin != "*" and not ORIGIN.fullmatch(origin):
+        fault = None if origin == "*" else _origin_fault(origin)
+        if fault is not None:
             raise UserError(
                 f"--cors-origin {origin!r}: an origin is scheme://host[:port] with no path "
-                "(e.g. https://example.com), or *"
+                f"(e.g. https://example.com), or *{fault}"
             )
 
 
@@ -196,10 +226,12 @@ def build_app(
             lambda r, p: endpoints.openai_embeddings(r, p, model_name),
         ),
     }
+    if any(head.kind == "tagging" for head in hub.model.heads.values()):  # a checkpoint that can tag
+        posts["/tag"] = (endpoints.parse_tag, lambda r, p: endpoints.tagged(p.key[1], r))
     routes = [Route("/", page), Route("/health", health), Route("/info", information)]
     routes += [Route("/metrics", metrics.page), Route("/openapi.json", description)]
     routes += [
-        Route(path, _endpoint(hub, batcher, options, *calls), methods=["POST"])
+        Route(path, _endpoint(hub, batcher, options, path, *calls), methods=["POST"])
         for path, calls in posts.items()
     ]
     # The routes are the one list of paths: the document describes exactly these.

@@ -11,9 +11,11 @@ rounding.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+import base64
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from roberta.errors import UserError
@@ -36,6 +38,7 @@ class Parsed:
     key: Hashable
     items: list
     lengths: list[int]
+    shape: dict = field(default_factory=dict)  # how the answer is written (OpenAI's dimensions, ...)
 
     @property
     def tokens(self) -> int:
@@ -78,6 +81,13 @@ def _field(body: dict, name: str, kind: type, default=None, required: bool = Fal
     return _text_value(value, repr(name)) if isinstance(value, str) else value
 
 
+def check_fields(body: dict, fields: Collection[str], path: str) -> None:
+    """Every field of `body` one that `path` reads: a field it would ignore is refused, naming it."""
+    unknown = next((name for name in body if name not in fields), None)
+    if unknown is not None:
+        raise UserError(f"field {unknown[:40]!r}: {path} reads no such field (it reads {', '.join(fields)})")
+
+
 def _texts(body: dict, options: ServeOptions, name: str = "text", required: bool = True) -> list[str] | None:
     """A string, or a non-empty list of at most `max_items` strings, as a list."""
     if name not in body and not required:
@@ -95,8 +105,8 @@ def _texts(body: dict, options: ServeOptions, name: str = "text", required: bool
     return texts
 
 
-def _ids(hub: Roberta, body: dict, options: ServeOptions) -> list[torch.Tensor]:
-    texts = _texts(body, options)
+def _ids(hub: Roberta, body: dict, options: ServeOptions, name: str = "text") -> list[torch.Tensor]:
+    texts = _texts(body, options, name)
     pairs = _texts(body, options, "pair", required=False)
     if pairs is not None and len(pairs) != len(texts):
         raise UserError(f"field 'pair': {len(pairs)} pairs for {len(texts)} texts")
@@ -124,20 +134,40 @@ def parse_fill_mask(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     return _bounded(Parsed(("fill-mask", topk), texts, lengths), options)
 
 
-def parse_embed(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
+def parse_embed(hub: Roberta, body: dict, options: ServeOptions, name: str = "text") -> Parsed:
     # No pool: the model's own sentence vector (a sentence encoder's pooling), else <s>.
     layer, pool = _field(body, "layer", int, -1), _field(body, "pool", str, None)
     hub.check_embed(layer, pool)
-    ids = _ids(hub, body, options)
+    ids = _ids(hub, body, options, name)
     return _bounded(Parsed(("embed", layer, pool), ids, list(map(len, ids))), options)
 
 
+ENCODING_FORMATS = ("float", "base64")
+
+
 def parse_openai_embeddings(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
-    """OpenAI's request (`input`: a string or a list of strings; `model` is ignored: one is served)."""
-    if _field(body, "encoding_format", str, "float") != "float":
-        raise UserError("field 'encoding_format': only 'float' is served")
+    """OpenAI's request: `input` a string or a list of strings (token ids are refused: they are
+    numbered by OpenAI's tokenizer, not this model's), `model` any (one model is served), `user`
+    kept by nobody, `encoding_format` float or base64, `dimensions` the first N components
+    scaled to length 1, as OpenAI shortens its vectors."""
+    _field(body, "model", str), _field(body, "user", str)
+    encoding = _field(body, "encoding_format", str, "float")
+    if encoding not in ENCODING_FORMATS:
+        raise UserError(f"field 'encoding_format': {encoding[:40]!r}, give 'float' or 'base64'")
     value = _field(body, "input", (str, list), required=True)
-    return parse_embed(hub, {**body, "text": value}, options)
+    if isinstance(value, list) and any(isinstance(v, (int, list)) and not isinstance(v, bool) for v in value):
+        raise UserError(
+            "field 'input': token ids are not served (they are another tokenizer's numbers): send text"
+        )
+    parsed = parse_embed(hub, body, options, "input")
+    dimensions = _field(body, "dimensions", int)
+    if dimensions is not None:
+        width = hub.embed_width(*parsed.key[1:])
+        if not 1 <= dimensions <= width:
+            raise UserError(
+                f"field 'dimensions': {dimensions} out of range, give 1..{width} (the vectors' width)"
+            )
+    return Parsed(parsed.key, parsed.items, parsed.lengths, {"dimensions": dimensions, "encoding": encoding})
 
 
 def parse_predict(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
@@ -166,6 +196,18 @@ def parse_answer(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     return _bounded(Parsed(("answer", head, topk), [(question, context)], [tokens]), options)
 
 
+def parse_tag(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
+    """Texts to tag: a text longer than the model is read whole (in windows), so only the
+    request's token bound limits it."""
+    texts = _texts(body, options)
+    head = _field(body, "head", str, _only_head(hub, "tagging", ""))
+    if not head:
+        raise UserError("field 'head' is required: the checkpoint has several tagging heads, or none")
+    hub.head(head, "tagging")
+    lengths = [len(ids) + 2 for ids in hub.tokenizer.tokenize_ids_batch(texts)]
+    return _bounded(Parsed(("tag", head), texts, lengths), options)
+
+
 def run(hub: Roberta, key: tuple, items: list) -> Sequence:
     """The hub's list call for one round's items of one key: one result per item, in order."""
     what = key[0]
@@ -178,6 +220,8 @@ def run(hub: Roberta, key: tuple, items: list) -> Sequence:
     if what == "answer":
         questions, contexts = zip(*items)
         return hub.answer(list(questions), list(contexts), topk=key[2], name=key[1])
+    if what == "tag":
+        return hub.tag(items, name=key[1])
     raise ValueError(f"no endpoint runs {key!r}")
 
 
@@ -194,10 +238,22 @@ def embeddings(results: list) -> dict:
     return {"embeddings": results}
 
 
+def _openai_vector(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
+    if dimensions is not None:
+        part = np.asarray(vector[:dimensions], dtype=np.float64)
+        norm = float(np.linalg.norm(part))
+        vector = (part / norm if norm > 0 else part).tolist()
+    if encoding == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return vector
+
+
 def openai_embeddings(results: list, parsed: Parsed, model: str) -> dict:
+    shape = parsed.shape
+    vectors = [_openai_vector(v, shape.get("dimensions"), shape.get("encoding", "float")) for v in results]
     return {
         "object": "list",
-        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(results)],
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
         "model": model,
         "usage": {"prompt_tokens": parsed.tokens, "total_tokens": parsed.tokens},
     }
@@ -221,6 +277,11 @@ def predictions(hub: Roberta, head: str, results: list[torch.Tensor]) -> dict:
 def label_names(head) -> list[str]:
     """A classification head's class names: those it was trained with, else "0".."C-1"."""
     return list(head.labels) or [str(i) for i in range(head.spec()["num_classes"])]
+
+
+def tagged(head: str, results: list) -> dict:
+    """Each text's entities: type, text, character offsets [start, end) and score."""
+    return {"head": head, "entities": results}
 
 
 def answers(results: list) -> dict:

@@ -23,6 +23,10 @@ from starlette.responses import Response
 # Seconds: from a cached micro-model answer to the default --timeout of 60 s.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 POWERS_OF_TWO = tuple(float(2**k) for k in range(17))  # 1 .. 65,536: items or tokens in a batch
+# Every label value comes from a closed set, whatever a client sends: a series per made-up method
+# (or status) would grow every scrape without bound. RFC 9110's methods and PATCH (RFC 5789).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+OTHER = "other"
 
 
 class Metrics:
@@ -59,7 +63,10 @@ class Metrics:
         self.queue = Gauge("roberta_queue_depth", "requests waiting for the worker", registry=r)
 
     def request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(endpoint, method, str(status)).inc()
+        """One answered request; `endpoint` is already a served path or "unmatched"."""
+        method = method if method in METHODS else OTHER
+        status_label = str(status) if 100 <= status <= 599 else OTHER
+        self.requests.labels(endpoint, method, status_label).inc()
         self.latency.labels(endpoint).observe(seconds)
 
     def batch(self, lengths: list[int]) -> None:

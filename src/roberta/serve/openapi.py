@@ -61,6 +61,8 @@ EMBED = _object(
     ("text",),
 )
 
+# A request's fields are these and no others: a field the server does not read is refused (400
+# naming it), never ignored (`endpoints.check_fields`).
 REQUESTS = {
     "/fill-mask": _object(
         {
@@ -78,8 +80,22 @@ REQUESTS = {
     "/v1/embeddings": _object(
         {
             "input": TEXTS,
-            "model": {**STRING, "description": "ignored: the server serves one model"},
-            "encoding_format": {**STRING, "enum": ["float"], "default": "float"},
+            "model": {**STRING, "description": "any: the server serves one model, named in the answer"},
+            "encoding_format": {
+                **STRING,
+                "enum": ["float", "base64"],
+                "default": "float",
+                "description": "base64: each vector's float32 values, little-endian, as OpenAI sends them",
+            },
+            "dimensions": {
+                **INTEGER,
+                "minimum": 1,
+                "description": "the first N components, scaled to length 1 (at most the vector's width)",
+            },
+            "user": {
+                **STRING,
+                "description": "the end user, for the client's records: answers do not depend on it",
+            },
             **{name: EMBED["properties"][name] for name in ("pair", "layer", "pool", "truncate")},
         },
         ("input",),
@@ -102,7 +118,17 @@ REQUESTS = {
         },
         ("question", "context"),
     ),
+    "/tag": _object(
+        {
+            "text": {**TEXTS, "description": "texts to tag; one longer than the model is read whole"},
+            "head": {**STRING, "description": "a tagging head (may be left out when there is one)"},
+        },
+        ("text",),
+    ),
 }
+
+for _schema in REQUESTS.values():
+    _schema["additionalProperties"] = False
 
 PREDICTION = {
     "oneOf": [
@@ -135,7 +161,9 @@ ANSWERS = {
                     {
                         "object": {**STRING, "const": "embedding"},
                         "index": INTEGER,
-                        "embedding": _array(NUMBER),
+                        "embedding": {
+                            "oneOf": [_array(NUMBER), {**STRING, "description": "encoding_format base64"}]
+                        },
                     },
                     ("object", "index", "embedding"),
                 )
@@ -156,6 +184,27 @@ ANSWERS = {
             )
         },
         ("answers",),
+    ),
+    "/tag": _object(
+        {
+            "head": STRING,
+            "entities": _array(
+                _array(
+                    _object(
+                        {
+                            "type": STRING,
+                            "text": STRING,
+                            "start": {**INTEGER, "description": "first character, in the text"},
+                            "end": {**INTEGER, "description": "past the last character"},
+                            "score": NUMBER,
+                        },
+                        ("type", "text", "start", "end", "score"),
+                    ),
+                    description="one list per text, in order",
+                )
+            ),
+        },
+        ("head", "entities"),
     ),
     "/health": _object({"status": {**STRING, "const": "ok"}}, ("status",)),
     "/info": _object(
@@ -190,6 +239,7 @@ SUMMARIES = {
     "/v1/embeddings": "one vector per text, in OpenAI's request and answer",
     "/predict": "a classification head's label and probabilities per text",
     "/answer": "the spans of a passage that answer a question",
+    "/tag": "the entities of each text (type, characters, score) from a tagging head",
 }
 
 # Besides the answer, what every POST may get: each an {"error"} object.

@@ -101,7 +101,7 @@ def tag_texts(
 ) -> list[list[dict]]:
     """Each text's entities (`group_entities`), the texts batched by length together; a text
     longer than the model's positions read whole in overlapping windows."""
-    labels = list(model.heads[head].labels) or [str(i) for i in range(model.heads[head].spec()["num_labels"])]
+    labels = head_labels(model, head)
     encoded, offsets = [], []
     for text in texts:
         ids, spans = tokenizer.tokenize_with_offsets(text)
@@ -121,3 +121,24 @@ def tag_texts(
     for k, rows in zip(present, logits):
         found[k] = group_entities(texts[k], offsets[k], rows, labels)
     return found
+
+
+def tag_words(
+    model, tokenizer, head: str, sentences: Sequence[Sequence[str]], batch_tokens: int = DEFAULT_BATCH_TOKENS
+) -> list[list[str]]:
+    """Each pre-split sentence's tags, a label per word (read at its first sub-token), the words
+    encoded as fine-tuning encodes them (`encoding.encode_words`)."""
+    from roberta.tagging.encoding import encode_words
+
+    labels = head_labels(model, head)
+    encoded = encode_words(tokenizer, sentences)
+    logits = piece_logits(
+        model, head, encoded, tokenizer, default_stride(model.config.max_seq_len), batch_tokens
+    )
+    return [[labels[i] for i in row] for row in word_labels(encoded, logits)]
+
+
+def head_labels(model, head: str) -> list[str]:
+    """A tagging head's label names: those it was trained with, else "0".."L-1"."""
+    module = model.heads[head]
+    return list(module.labels) or [str(i) for i in range(module.spec()["num_labels"])]

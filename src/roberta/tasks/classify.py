@@ -226,7 +226,12 @@ def check_labels(
             raise UserError(
                 f"{path}: {len(examples)} example; Pearson and Spearman need two dev examples or more"
             )
-        label_values(task, examples, path)
+        values = label_values(task, examples, path)
+        if task.regression and len(set(values)) == 1:
+            raise UserError(
+                f"{path}: every example's label is {values[0]:g}; Pearson and Spearman against a "
+                "constant are undefined, so no dev figure could pick the best checkpoint"
+            )
 
 
 def label_values(task: SentenceTask, examples: Sequence[Example], path: str | Path) -> list[int | float]:

@@ -223,10 +223,65 @@ class Encoded:
     dev_scores: list[float]
 
 
+def check_correlation_pairs(pairs: Sequence[Pair], path: str | Path, use: str) -> None:
+    """Refuse pairs whose correlation cannot exist whatever the model: fewer than two, or one
+    score for every pair (Spearman and Pearson are undefined; `use` says what they were for)."""
+    if len(pairs) < 2:
+        raise UserError(f"{path}: {len(pairs)} pair, but a correlation needs at least 2 ({use})")
+    if pairs[0].score is not None and len({p.score for p in pairs}) == 1:
+        raise UserError(
+            f"{path}: every pair scores {pairs[0].score:g}: a correlation with a constant is "
+            f"undefined ({use})"
+        )
+
+
+def check_learnable(data: EmbedData, job: JobConfig) -> None:
+    """Refuse, before the text is read under a bar, a contrastive run whose loss is 0 whatever the
+    weights: each example's negatives are the other examples of its forward pass (SimCSE, in-batch
+    negatives), and CoSENT ranks pairs of pairs. The pairs themselves are checked by `check_pairs`."""
+    what = "sentence" if data.pairs is None else "pair"
+    loss = LOSSES[objective_name(data)]
+    per_pass = min(job.train.batch_size, job.train.micro_batch_size)
+    if per_pass < 2:
+        raise UserError(
+            f"--train.micro_batch_size/batch_size: {per_pass} {what} per forward pass: {loss} loss needs "
+            "at least 2, or it is 0 and nothing is learned"
+        )
+    if data.pairs is None:  # the first two sentences only, without a bar
+        found = len(read_sentences(data.text, min(2, data.max_sentences or 2), progress=False))
+        if found < 2:
+            source = ", ".join(map(str, data.text))
+            raise UserError(
+                f"{source}: {found} sentence{'s' * (found != 1)}"
+                f"{' (--max-sentences)' if data.max_sentences == 1 else ''}: {loss} loss needs another "
+                "sentence in the batch (at least 2), or it is 0 and nothing is learned"
+            )
+
+
+def check_pairs(encoded: Encoded, data: EmbedData) -> None:
+    """`check_learnable` for the training pairs of --pairs, once read."""
+    if data.pairs is None:
+        return
+    loss = LOSSES[objective_name(data)]
+    if len(encoded.train) < 2:
+        raise UserError(
+            f"{data.pairs}: {len(encoded.train)} pair: {loss} loss needs another pair in the batch "
+            "(at least 2), or it is 0 and nothing is learned"
+        )
+    if encoded.scores is not None and len(set(encoded.scores)) == 1:
+        raise UserError(
+            f"{data.pairs}: every pair scores {encoded.scores[0]:g}: {loss} loss is 0 and nothing is learned"
+        )
+
+
+LOSSES = {"simcse": "SimCSE's", "cosent": "CoSENT's", "in-batch negatives": "the in-batch"}
+
+
 def encode_data(data: EmbedData, tokenizer, max_length: int, progress: bool) -> tuple[Encoded, list[str]]:
     """The data read, checked and encoded, dev first (its errors before minutes of reading text);
     with the training sentences, for a teacher to read."""
     dev = read_pairs(data.dev, data.dev_columns)
+    check_correlation_pairs(dev, data.dev, "the dev Spearman picks the best checkpoint")
 
     def ids(texts: list[str]) -> list[list[int]]:
         return tokenizer.encode_batch(texts, None, max_length=max_length, truncation="longest_first")
@@ -338,7 +393,9 @@ def plan_embedding(
         raise UserError(f"--temperature must be a positive number, not {temperature}")
     heads = embedding_heads(model, pool, None, source)
     max_length = sequence_length(job, model, 3, "<s> text </s>")
+    check_learnable(data, job)
     encoded, _ = encode_data(data, tokenizer, max_length, progress)
+    check_pairs(encoded, data)
     return Task(
         objective=lambda member, rank, world: embed_objective(
             encoded, heads, member, tokenizer.pad_id, rank, world, temperature

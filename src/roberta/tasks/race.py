@@ -8,23 +8,19 @@ accuracy overall and per level (middle / high school).
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-
-from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.io import read_json
 from roberta.model import RobertaModel
-from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
+from roberta.tasks.choice import RACE, ChoiceExample, choice_objective, encode_options
+from roberta.tasks.finetune import Task, task_length
 from roberta.tokenizer import Tokenizer
 from roberta.train.config import JobConfig
-from roberta.train.trainer import EXAMPLES, Batch, Objective
+from roberta.train.trainer import Objective
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -97,9 +93,17 @@ def _read_file(path: Path, level: str) -> list[RaceExample]:
     return examples
 
 
-def _spaces(text: str) -> str:
-    # fairseq's RACE preprocessing collapses whitespace runs (the articles' newlines included).
-    return re.sub(r"\s+", " ", text)
+def as_choice(example: RaceExample) -> ChoiceExample:
+    """The example on the multiple-choice path (choice.py): its passage, question and options."""
+    return ChoiceExample(
+        example.id,
+        example.question,
+        example.options,
+        example.label,
+        0,
+        example.article,
+        LEVELS.index(example.level),
+    )
 
 
 def encode_choices(
@@ -108,27 +112,9 @@ def encode_choices(
     """For each option, `<s> passage </s></s> question option </s>`: question + option cut to
     `max_qa` tokens, then the passage cut so that the whole fits in `max_length`. As in
     fairseq, an option fills the question's blank (`_`) instead of following it."""
-    qas = [
-        _spaces(
-            example.question.replace("_", option)
-            if "_" in example.question
-            else f"{example.question} {option}"
-        )
-        for option in example.options
-    ]
-    passage, *qa_ids = tokenizer.tokenize_ids_batch([_spaces(example.article), *qas])
-    choices = []
-    for qa in qa_ids:
-        qa = qa[:max_qa]
-        room = max_length - len(qa) - 4
-        if room < 1:
-            raise UserError(
-                f"{example.id}: max_length={max_length} leaves no room for the passage after {len(qa)} "
-                "question+option tokens (raise --data.max_length or lower --max-qa)"
-            )
-        bos, eos = tokenizer.bos_id, tokenizer.eos_id
-        choices.append([bos, *passage[:room], eos, eos, *qa, eos])
-    return choices
+    return encode_options(
+        tokenizer, as_choice(example), dataclasses.replace(RACE, max_second=max_qa), max_length
+    )
 
 
 def accuracy_by_level(examples: Sequence[RaceExample], predictions: Sequence[int]) -> dict[str, float]:
@@ -159,62 +145,22 @@ def race_objective(
     rank: int = 0,
     world: int = 1,
 ) -> Objective:
-    """The objective over encoded questions (4 id lists each) and their examples: the batch's
-    `tokens` are [B*4, T], the head's one output per row is read as [B, 4] option scores."""
+    """The multiple-choice objective (choice.py) over encoded questions (4 id lists each) and their
+    examples, with accuracy per level."""
 
-    def collate(encoded: list[list[list[int]]], items: list[RaceExample], indices: np.ndarray) -> Batch:
-        return {
-            "tokens": pad([ids for i in indices for ids in encoded[i]], pad_id),
-            "labels": torch.tensor([items[i].label for i in indices], dtype=torch.long),
-            "level": torch.tensor([LEVELS.index(items[i].level) for i in indices], dtype=torch.long),
-        }
+    def data(encoded: list[list[list[int]]], examples: list[RaceExample]):
+        return encoded, [e.label for e in examples], [LEVELS.index(e.level) for e in examples]
 
-    def lengths(encoded: list[list[list[int]]]) -> list[int]:
-        return [max(map(len, c)) for c in encoded]  # a question's four sequences share a batch row's width
-
-    def figures(items: list[RaceExample]) -> tuple[str, ...]:
-        return ("loss", "accuracy", *(level for level in LEVELS if any(e.level == level for e in items)))
-
-    return batched_objective(
+    return choice_objective(
         RACE_HEAD,
-        Batching(job, pad_id, rank, world),
-        train_lengths=lengths(train[0]),
-        train_batch=lambda indices: collate(*train, indices),
-        eval_sets={
-            name: (lengths(data[0]), lambda indices, data=data: collate(*data, indices))
-            for name, data in eval_sets.items()
-        },
-        heads=RACE_HEADS,
-        loss=_loss,
-        metrics=_metrics,
-        best_metric="accuracy",
-        figures={name: figures(items) for name, (_, items) in eval_sets.items()},
+        data(*train),
+        {name: data(*pair) for name, pair in eval_sets.items()},
+        job,
+        pad_id,
+        LEVELS,
+        rank,
+        world,
     )
-
-
-def _loss(model: RobertaModel, batch: Batch) -> dict:
-    hidden = model(batch["tokens"], select="first").last_hidden_state
-    scores = model.classify(RACE_HEAD, hidden).float().view(-1, len(LETTERS))
-    predictions = scores.argmax(-1)
-    return {
-        "loss": F.cross_entropy(scores, batch["labels"], reduction="sum"),
-        "correct": (predictions == batch["labels"]).sum(),
-        EXAMPLES: {"prediction": predictions, "label": batch["labels"], "level": batch["level"]},
-    }
-
-
-def _metrics(sums: dict[str, float], gathered: dict[str, np.ndarray]) -> dict[str, float]:
-    figures = mean_loss(sums)
-    if gathered:
-        hits = gathered["prediction"] == gathered["label"]
-        figures["accuracy"] = 100.0 * float(hits.mean())
-        for level, name in enumerate(LEVELS):
-            chosen = gathered["level"] == level
-            if chosen.any():
-                figures[name] = 100.0 * float(hits[chosen].mean())
-    else:
-        figures["accuracy"] = 100.0 * sums["correct"] / max(sums["loss_count"], 1.0)
-    return figures
 
 
 def plan_race(

@@ -36,6 +36,28 @@ THREAD_CHUNK = 1000  # texts per thread task when encoding a batch
 FAIRSEQ_SPACE = "[" + "".join(f"\\x{{{c:x}}}" for c in range(0x3001) if chr(c).isspace()) + "]+"
 # Fillers fairseq appends to pad a dictionary to a multiple of 8; no text holds them.
 MADEUP_WORD = re.compile(r"madeupword\d{4}")
+# A whitespace run is cut into pieces of this many characters before the byte-level regex sees it.
+# GPT-2's `\s+(?!\S)` backtracks over the whole run, and tiktoken's regex engine gives up at about a
+# million steps ("Max stack size exceeded for backtracking", measured: a run of 999,024 characters
+# of any whitespace passes, one of 1,000,000 fails). Production tokenizers cut such runs first (Meta's
+# Llama 3 tokenizer cuts runs of 25,000 characters); 2**16 leaves ids unchanged for any text with
+# shorter runs, and a cut at a power of two keeps a run of one character tiled as it was.
+RUN_LIMIT = 1 << 16
+# The regex's \s: Unicode's White_Space (Python's str.isspace adds U+001C..U+001F).
+WHITESPACE = "[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+LONG_WHITESPACE = re.compile(f"{WHITESPACE}{{{RUN_LIMIT + 1},}}")
+
+
+def cut_long_runs(text: str) -> list[int]:
+    """Where `text` is cut before the byte-level regex: every `RUN_LIMIT` characters into each
+    whitespace run longer than that (none for every text without one)."""
+    if len(text) <= RUN_LIMIT:
+        return []
+    return [
+        cut
+        for run in LONG_WHITESPACE.finditer(text)
+        for cut in range(run.start() + RUN_LIMIT, run.end(), RUN_LIMIT)
+    ]
 
 
 def bytes_to_unicode() -> dict[int, str]:

@@ -3,6 +3,7 @@ vocabulary file beside it must agree with it; the directory a trainer may write.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,10 +12,13 @@ from roberta.tokenizer.readers import (
     fairseq_ids,
     gpt2_ids,
     is_gpt2_id,
+    library_reads,
     read_bytes,
     read_fairseq_dict,
     read_tokenizer_json,
     read_vocab_json,
+    read_wordpiece_tokenizer_json,
+    require_roberta_bpe,
     tokenizer_json_merges,
 )
 from roberta.tokenizer.tokenizer import Tokenizer
@@ -52,7 +56,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     elif {"vocab.json", "merges.txt"} <= has:
         tokenizer = Tokenizer.from_hf(d / "vocab.json", d / "merges.txt")
     elif "vocab.txt" in has:
-        return Tokenizer.from_wordpiece(d / "vocab.txt")
+        tokenizer = Tokenizer.from_wordpiece(d / "vocab.txt")
     elif "dict.txt" in has and not ("tokenizer.json" in has and _lists_gpt2_ids(d / "dict.txt")):
         tokenizer = Tokenizer.from_fairseq_dict(d / "dict.txt")
     elif "tokenizer.json" in has:
@@ -109,14 +113,41 @@ def _check_other_vocabularies(tokenizer: Tokenizer, d: Path, has: set[str]) -> N
         differ(path, sorted(vocab, key=vocab.__getitem__))
     if "tokenizer.json" in has - read:
         path = d / "tokenizer.json"
-        obj, vocab = read_tokenizer_json(path, read_bytes(path))
+        raw = read_bytes(path)
+        obj, vocab = read_tokenizer_json(path, raw)
         differ(path, sorted(vocab, key=vocab.__getitem__))
-        if (
-            obj["model"].get("type") == "BPE"
-            and tokenizer_json_merges(path, obj["model"], vocab) != tokenizer.merges
-        ):
-            merges = d / next((n for n in ("merges.txt", "vocab.bpe") if n in read), chosen.name)
-            raise UserError(f"{path}: model.merges differ from {merges}: the two files disagree")
+        _same_engine(tokenizer, path, obj, vocab, chosen)
+        library_reads(path, raw)
+
+
+def _same_engine(tokenizer: Tokenizer, path: Path, obj: dict, vocab: dict[str, int], chosen: Path) -> None:
+    """A tokenizer.json beside `tokenizer`'s own files that gives the same ids to the same tokens
+    must also split text as they do: the same model (BPE with the same merges, or WordPiece with
+    the same case and accents), as transformers reads the tokenizer.json and fairseq the rest."""
+    kind = obj["model"].get("type")
+    wordpiece = tokenizer.kind == "wordpiece"
+    expected = {"wordpiece": "WordPiece", "symbols": "WordLevel"}.get(tokenizer.kind, "BPE")
+    if kind != expected:
+        raise UserError(
+            f"{path}: model.type is {json.dumps(kind)}, {chosen} is {expected}: the two files disagree"
+        )
+    if tokenizer.kind == "symbols":  # its words are the dictionary's symbols: the ids decide
+        return
+    if wordpiece:
+        read = read_wordpiece_tokenizer_json(path, obj, vocab)
+        for name in ("lowercase", "strip_accents"):
+            if getattr(read, name) != getattr(tokenizer, name):
+                raise UserError(
+                    f"{path}: normalizer gives {name} {json.dumps(getattr(read, name))}, {chosen} "
+                    f"{json.dumps(getattr(tokenizer, name))}: the two files disagree"
+                )
+        return
+    require_roberta_bpe(path, obj)
+    if tokenizer_json_merges(path, obj["model"], vocab) != tokenizer.merges:
+        merges = chosen.with_name(
+            next((n for n in ("merges.txt", "vocab.bpe") if n in tokenizer._files), chosen.name)
+        )
+        raise UserError(f"{path}: model.merges differ from {merges}: the two files disagree")
 
 
 def check_tokenizer_out(out: Path) -> None:

@@ -87,15 +87,18 @@ def read_saved_tokenizer_json(path: Path) -> tuple[str, VocabularyFiles]:
     raw = read_bytes(path)
     obj, vocab = read_tokenizer_json(path, raw)
     if obj["model"].get("type") == "WordPiece":
-        return "wordpiece", read_wordpiece_tokenizer_json(path, obj, vocab)
-    return "hf", read_roberta_tokenizer_json(path, raw, obj, vocab)
+        read = "wordpiece", read_wordpiece_tokenizer_json(path, obj, vocab)
+    else:
+        read = "hf", read_roberta_tokenizer_json(path, raw, obj, vocab)
+    library_reads(path, raw)
+    return read
 
 
 def read_roberta_tokenizer_json(path: Path, raw: bytes, obj: dict, vocab: dict[str, int]) -> VocabularyFiles:
     """The tokenizer.json that transformers 5.x saves alone (`raw`, read as `obj` and `vocab` by
     `read_tokenizer_json`) for RoBERTa: byte-level BPE, ids as its model.vocab (and added_tokens)
     give them."""
-    _require_roberta_bpe(path, obj)
+    require_roberta_bpe(path, obj)
     merges = tokenizer_json_merges(path, obj["model"], vocab)
     roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS)
     return VocabularyFiles(
@@ -124,12 +127,13 @@ def read_wordpiece_tokenizer_json(path: Path, obj: dict, vocab: dict[str, int]) 
                 f"{path}: {name} is {json.dumps(found)}, not {json.dumps(want)}; "
                 "only BERT's WordPiece is read"
             )
+    check_types(path, obj)
     tokens = sorted(vocab, key=vocab.__getitem__)
     broken = next((t for t in tokens if not t.strip() or "\n" in t or "\r" in t), None)
     if broken is not None:
         raise UserError(f"{path}: model.vocab holds the token {broken!r}, which no vocab.txt line can")
-    lowercase = normalizer.get("lowercase") is True
-    strip = lowercase if normalizer.get("strip_accents") is None else normalizer["strip_accents"] is True
+    lowercase = normalizer["lowercase"]  # type-checked by read_tokenizer_json
+    strip = lowercase if normalizer.get("strip_accents") is None else normalizer["strip_accents"]
     roles = _roles(path, vocab, BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS)
     files = {
         "vocab.txt": "".join(t + "\n" for t in tokens).encode("utf-8"),
@@ -353,8 +357,76 @@ def gpt2_ids(symbols: list[str]) -> int:
     return numbers if 2 * numbers > len(symbols) else 0
 
 
+# The fields of a tokenizer.json that decide ids, by the component's type, with the JSON types the
+# `tokenizers` library accepts for them ("?": may be missing or null): a "lowercase": "yes" is refused
+# by the library, and must not be read here as some other choice.
+FIELD_TYPES = {
+    "BertNormalizer": {
+        "clean_text": "bool",
+        "handle_chinese_chars": "bool",
+        "strip_accents": "bool?",
+        "lowercase": "bool",
+    },
+    "ByteLevel": {"add_prefix_space": "bool?", "trim_offsets": "bool?", "use_regex": "bool?"},
+    "BertPreTokenizer": {},
+    "BPE": {
+        "dropout": "number?",
+        "unk_token": "str?",
+        "continuing_subword_prefix": "str?",
+        "end_of_word_suffix": "str?",
+        "fuse_unk": "bool?",
+        "byte_fallback": "bool?",
+        "ignore_merges": "bool?",
+    },
+    "WordPiece": {"unk_token": "str", "continuing_subword_prefix": "str", "max_input_chars_per_word": "int"},
+}
+ADDED_TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
+_JSON_TYPES = {
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int": ("an integer", lambda v: type(v) is int and v >= 0),
+    "number": ("a number", lambda v: type(v) in (int, float)),
+}
+
+
+def check_types(path: Path, obj: dict) -> None:
+    """Each field of `FIELD_TYPES` of the normalizer, pre-tokenizer and model, and each added token's
+    flags, of the type the `tokenizers` library reads it as (UserError naming the field otherwise)."""
+    for part in ("normalizer", "pre_tokenizer", "model"):
+        component = obj.get(part)
+        if not isinstance(component, dict):
+            continue
+        for name, rule in FIELD_TYPES.get(component.get("type"), {}).items():
+            _check_type(path, f"{part}.{name}", component, name, rule)
+    for k, token in enumerate(obj.get("added_tokens") or []):
+        for flag in ADDED_TOKEN_FLAGS:
+            if isinstance(token, dict):
+                _check_type(path, f"added_tokens[{k}].{flag}", token, flag, "bool?")
+
+
+def _check_type(path: Path, field: str, component: dict, name: str, rule: str) -> None:
+    optional, kind = rule.endswith("?"), rule.rstrip("?")
+    value = component.get(name)
+    if (value is None and optional) or (value is not None and _JSON_TYPES[kind][1](value)):
+        return
+    found = "missing" if name not in component else json.dumps(value)[:40]
+    raise UserError(f"{path}: field {field!r} must be {_JSON_TYPES[kind][0]}, not {found}")
+
+
+def library_reads(path: Path, data: bytes) -> None:
+    """The `tokenizers` library's own reading of the file: what it refuses is refused here too."""
+    import tokenizers
+
+    try:
+        tokenizers.Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # noqa: BLE001 - the library raises a bare Exception for a bad file
+        raise UserError(f"{path}: the tokenizers library cannot read it ({str(e)[:120]})") from None
+
+
 def read_tokenizer_json(path: Path, data: bytes) -> tuple[dict, dict[str, int]]:
-    """An HF tokenizer.json → (the object, token → id over model.vocab and added_tokens, ids 0..n-1)."""
+    """An HF tokenizer.json → (the object, token → id over model.vocab and added_tokens, ids 0..n-1).
+    The readers of each kind check its fields (`check_types`), then the library reads it whole
+    (`library_reads`)."""
     obj = _read_json_object(path, data)
     model = obj.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("vocab"), dict):
@@ -390,7 +462,7 @@ def tokenizer_json_merges(path: Path, model: dict, vocab: dict[str, int]) -> lis
     return pairs
 
 
-def _require_roberta_bpe(path: Path, obj: dict) -> None:
+def require_roberta_bpe(path: Path, obj: dict) -> None:
     """Only RoBERTa's byte-level BPE is read: any other model, normalizer or pre-tokenizer gives
     other ids than the `tokenizers` engine built here would."""
     model, pre = obj["model"], obj.get("pre_tokenizer")
@@ -404,6 +476,7 @@ def _require_roberta_bpe(path: Path, obj: dict) -> None:
         raise UserError(
             f"{path}: pre_tokenizer is {found!r}, not ByteLevel; only RoBERTa's byte-level BPE is read"
         )
+    check_types(path, obj)
     if pre.get("add_prefix_space", False) or not pre.get("use_regex", True):
         raise UserError(
             f"{path}: pre_tokenizer has add_prefix_space={pre.get('add_prefix_space')}, "
@@ -418,6 +491,7 @@ def _require_roberta_bpe(path: Path, obj: dict) -> None:
         ("continuing_subword_prefix", ""),
         ("end_of_word_suffix", ""),
         ("byte_fallback", False),
+        ("ignore_merges", False),  # true: a word in the vocabulary is one token, merges or not
     ):
         if model.get(name) not in (plain, None):
             raise UserError(f"{path}: model.{name} is {model[name]!r}; RoBERTa's BPE has none")

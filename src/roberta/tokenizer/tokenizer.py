@@ -21,6 +21,7 @@ from roberta.tokenizer.engines import (
     SPACE_MARKER,
     Engine,
     byte_level_engine,
+    cut_long_runs,
     symbol_engine,
     tiktoken_encoding,
     tiktoken_ids,
@@ -40,6 +41,33 @@ from roberta.tokenizer.readers import (
 
 def _wordpiece_engine(read: VocabularyFiles) -> tokenizers.Tokenizer:
     return wordpiece_engine(read.vocab, read.tokens[read.roles["unk"]], read.lowercase, read.strip_accents)
+
+
+BYTE_LEVEL = ("gpt2", "hf")  # the kinds whose engine runs GPT-2's regex first
+
+
+def _pieces(text: str, cuts: list[int]) -> list[str]:
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _by_pieces(encode, texts: list[str], cuts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """`encode` (texts -> flat ids, lengths) of the texts cut at `cuts`, each text's pieces' lengths
+    summed back into one."""
+    ids, lengths = encode([piece for text, at in zip(texts, cuts) for piece in _pieces(text, at)])
+    return ids, np.add.reduceat(lengths, np.cumsum([0] + [len(at) + 1 for at in cuts[:-1]]))
+
+
+def _with_offsets(engine: tokenizers.Tokenizer, text: str, byte_level: bool) -> tuple[list, list]:
+    """The engine's ids of `text` and their character spans, a long whitespace run cut first for
+    the byte-level regex (`cut_long_runs`)."""
+    ids, offsets, start = [], [], 0
+    for piece in _pieces(text, cut_long_runs(text) if byte_level else []):
+        encoding = engine.encode(piece, add_special_tokens=False)
+        ids += encoding.ids
+        offsets += [(a + start, b + start) for a, b in encoding.offsets]
+        start += len(piece)
+    return ids, offsets
 
 
 def _role_id(role: str) -> property:
@@ -78,7 +106,7 @@ class Tokenizer:
         self._joiner = joiner  # between decoded symbols of a symbol vocabulary
         self._special = np.zeros(len(tokens), dtype=bool)
         self._special[list(roles.values())] = True
-        byte_level = kind in ("gpt2", "hf")
+        byte_level = kind in BYTE_LEVEL
         if byte_level:
             reachable = set(BYTE_TO_CHAR.values()) | {a + b for a, b in merges}
             # A literal symbol (fairseq's madeupwordNNNN, <|endoftext|>) is a word of its own, as in fairseq.
@@ -288,6 +316,9 @@ class Tokenizer:
         """All texts' model ids concatenated (int32) and each text's token count (int64): the form a
         binarized corpus wants, without a Python list per token."""
         texts = list(texts)
+        cuts = [cut_long_runs(t) for t in texts] if self.kind in BYTE_LEVEL else []
+        if any(cuts):  # a whitespace run too long for the regex: its pieces, encoded apart
+            return _by_pieces(lambda pieces: self.tokenize_ids_flat(pieces, engine=engine), texts, cuts)
         if (engine or self.engine) == "tiktoken":
             if self._tiktoken is None:
                 raise ValueError(f"the tiktoken engine is not available for this {self.kind} tokenizer")
@@ -300,13 +331,10 @@ class Tokenizer:
 
     def tokenize_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Model ids and each token's (start, end) character span in `text`, leading space excluded."""
-        encoding = self._reference.encode(text, add_special_tokens=False)
-        ids = (
-            encoding.ids
-            if self._reference_to_model is None
-            else self._reference_to_model[encoding.ids].tolist()
-        )
-        return ids, encoding.offsets
+        ids, offsets = _with_offsets(self._reference, text, self.kind in BYTE_LEVEL)
+        if self._reference_to_model is not None:
+            ids = self._reference_to_model[ids].tolist()
+        return ids, offsets
 
     def encode(
         self,

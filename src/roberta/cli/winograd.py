@@ -1,0 +1,271 @@
+"""`roberta finetune wsc|winogrande|commonsenseqa|choice`, `evaluate winograd` and `predict --task
+WSC|WinoGrande|CommonsenseQA`: Winograd schemas through the masked LM, and multiple choice through
+a ranking head (the path RACE takes too). Registered by cli/finetune.py and cli/evaluate.py."""
+
+from __future__ import annotations
+
+import argparse
+
+from roberta.cli.common import Handler, print_figures
+from roberta.errors import UserError
+
+# Recipes, fairseq's (examples/roberta/wsc/README.md, commonsense_qa/README.md): AdamW (0.9, 0.98),
+# weight decay 0.01, polynomial (linear) decay. WSC: LR 2e-5, batch 16, 2000 updates, 250 warmup.
+WSC_LR, WSC_BATCH = 2e-5, 16
+WSC_EXTRA = ("--optim.weight_decay=0.01", "--train.max_steps=2000", "--schedule.warmup_fraction=0.125")
+# CommonsenseQA: LR 1e-5, batch 16, 3000 updates (~5 epochs of 9,741), 150 warmup (5%).
+CSQA_LR, CSQA_BATCH, CSQA_EPOCHS = 1e-5, 16, 5
+# WinoGrande: LR 1e-5, batch 32, warmup 10%.
+WINOGRANDE_LR, WINOGRANDE_BATCH, WINOGRANDE_EPOCHS = 1e-5, 32, 10
+CHOICE_EXTRA = ("--optim.weight_decay=0.01", "--schedule.warmup_fraction=0.05")
+WINOGRANDE_SIZES = ("xs", "s", "m", "l", "xl")
+
+
+def _finetune_wsc(p: argparse.ArgumentParser) -> Handler:
+    """Winograd schemas (SuperGLUE WSC) by the masked LM, the paper's way
+
+    Reads DIR/train.jsonl and DIR/val.jsonl (SuperGLUE WSC). Each schema's pronoun is replaced by
+    <mask>s and every candidate (the query span, and the noun phrases of the sentence) scored by
+    the mean log-probability of its tokens there; the query of a true schema must outscore the
+    others: fairseq's cross-entropy over the candidates (default) or Kocijan et al.'s margin loss.
+    Trains the checkpoint's masked-LM head (one without is refused). Dev accuracy on val (and on
+    WSC273 with --wsc273) after each epoch; the best val accuracy is kept as RUN/best/.
+    """
+    from roberta.cli.finetune import _finetune_options
+
+    p.add_argument("--data", required=True, metavar="DIR", help="SuperGLUE WSC: train.jsonl, val.jsonl")
+    p.add_argument(
+        "--wsc273", metavar="FILE", help="WSCollection.xml: WSC273 accuracy at each evaluation too"
+    )
+    p.add_argument("--loss", default="cross-entropy", help="cross-entropy (fairseq's, default) or margin")
+    p.add_argument(
+        "--margin-alpha", type=float, default=1.0, help="margin loss: the hinge's weight (default 1)"
+    )
+    p.add_argument("--margin-beta", type=float, default=0.0, help="margin loss: the margin (default 0)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from pathlib import Path
+
+        from roberta.tasks.candidate_scoring import Loss, plan_wsc
+        from roberta.tasks.winograd import winograd_sets
+
+        loss = Loss(args.loss, args.margin_alpha, args.margin_beta)
+        data = Path(args.data)
+
+        def plan(job, model, tokenizer, source):
+            from roberta.tasks.winograd_data import read_superglue_wsc
+
+            train, _ = read_superglue_wsc(data / "train.jsonl", labelled=True)
+            held_out = winograd_sets(args.wsc273, None, data / "val.jsonl")
+            sets = {"val": held_out.pop("superglue"), **held_out}
+            return plan_wsc(train, sets, loss, job, model, tokenizer, source)
+
+        _run(args, plan, WSC_LR, WSC_BATCH, 0, WSC_EXTRA)
+
+    return run
+
+
+def _run(args, plan, lr, batch, epochs, extra) -> None:
+    from roberta.cli.finetune import _run_finetune
+
+    _run_finetune(args, plan, lr, batch, epochs, extra)
+
+
+def _plan_choice(head: str, layout, read_splits):
+    def plan(job, model, tokenizer, source):
+        from roberta.tasks.choice import plan_choice
+
+        return plan_choice(head, layout, read_splits(), job, model, tokenizer, source)
+
+    return plan
+
+
+def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
+    """WinoGrande: a ranking head on its two filled-in sentences, or fairseq's masked-LM scoring
+
+    Reads DIR/train_SIZE.jsonl and DIR/dev.jsonl (WinoGrande 1.1). --method head (default): writes
+    each option into the sentence's blank, scores the two sentences on <s> with the head
+    `winogrande` and trains softmax over them (LR 1e-5, batch 32, 10 epochs, 10% warmup). --method
+    lm: fairseq's `winogrande` task, the right option scored against the other by the masked LM at
+    the blank, with the margin loss (alpha 5, beta 0.4, fairseq's) or --loss cross-entropy. Dev
+    accuracy each epoch, the best kept as RUN/best/; `roberta predict --task WinoGrande` writes the
+    test file's leaderboard predictions with either.
+    """
+    from roberta.cli.finetune import _finetune_options
+
+    p.add_argument("--data", required=True, metavar="DIR", help="WinoGrande: train_SIZE.jsonl, dev.jsonl")
+    p.add_argument("--size", default="xs", choices=WINOGRANDE_SIZES, help="training size (default xs)")
+    p.add_argument("--method", default="head", choices=["head", "lm"], help="ranking head or masked LM")
+    p.add_argument("--loss", default="margin", help="--method lm: margin (default) or cross-entropy")
+    p.add_argument("--margin-alpha", type=float, default=5.0, help="--method lm: hinge weight (default 5)")
+    p.add_argument("--margin-beta", type=float, default=0.4, help="--method lm: margin (default 0.4)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from pathlib import Path
+
+        from roberta.tasks.choice import WINOGRANDE, read_winogrande
+
+        data = Path(args.data)
+        train, dev = data / f"train_{args.size}.jsonl", data / "dev.jsonl"
+        extra = (*CHOICE_EXTRA, "--schedule.warmup_fraction=0.1", "--data.max_length=128")
+        if args.method == "lm":
+            from roberta.tasks.candidate_scoring import Loss
+
+            loss = Loss(args.loss, args.margin_alpha, args.margin_beta)
+
+            def plan(job, model, tokenizer, source):
+                from roberta.tasks.candidate_scoring import plan_wsc
+                from roberta.tasks.winograd_data import read_winogrande_schemas
+
+                sets = {"dev": (read_winogrande_schemas(dev), True)}
+                return plan_wsc(read_winogrande_schemas(train), sets, loss, job, model, tokenizer, source)
+
+        else:
+            plan = _plan_choice(
+                "winogrande",
+                WINOGRANDE,
+                lambda: {"train": read_winogrande(train), "dev": read_winogrande(dev)},
+            )
+        _run(args, plan, WINOGRANDE_LR, WINOGRANDE_BATCH, WINOGRANDE_EPOCHS, extra)
+
+    return run
+
+
+def _finetune_commonsenseqa(p: argparse.ArgumentParser) -> Handler:
+    """CommonsenseQA with fairseq's `Q: ... A: ...` input and a ranking head
+
+    Reads --train and --dev (CommonsenseQA's JSONL: train_rand_split.jsonl, dev_rand_split.jsonl),
+    writes each of the 5 choices as `<s> Q: question </s> A: choice </s>`, scores them on <s> with
+    the head `commonsenseqa` and trains softmax over the 5 (fairseq's recipe: LR 1e-5, batch 16,
+    ~3000 updates as 5 epochs, 5% warmup, weight decay 0.01); dev accuracy each epoch, the best kept
+    as RUN/best/. `roberta predict --task CommonsenseQA` writes the test predictions.
+    """
+    from roberta.cli.finetune import _finetune_options
+
+    p.add_argument("--train", required=True, metavar="FILE", help="training JSONL (train_rand_split.jsonl)")
+    p.add_argument(
+        "--dev", required=True, metavar="FILE", help="dev JSONL with answers (dev_rand_split.jsonl)"
+    )
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.choice import COMMONSENSEQA, read_commonsenseqa
+
+        def splits():
+            return {"train": read_commonsenseqa(args.train), "dev": read_commonsenseqa(args.dev)}
+
+        extra = (*CHOICE_EXTRA, "--data.max_length=128")
+        _run(
+            args,
+            _plan_choice("commonsenseqa", COMMONSENSEQA, splits),
+            CSQA_LR,
+            CSQA_BATCH,
+            CSQA_EPOCHS,
+            extra,
+        )
+
+    return run
+
+
+def _finetune_choice(p: argparse.ArgumentParser) -> Handler:
+    """your own multiple-choice data (CSV, TSV, JSONL, Parquet): a question, N options, the answer
+
+    Reads --train and --dev, each row a question, its options (one column holding a list, or one
+    column per option) and the answer (the right option's text, its letter A.. or its 0-based
+    index); every row has as many options. Each option is written `<s> question </s></s> option
+    </s>`, scored on <s> by the ranking head --head, softmax over the options (LR 1e-5, batch 16,
+    5 epochs); the best dev accuracy is kept as RUN/best/.
+    """
+    from roberta.cli.finetune import _finetune_options
+
+    p.add_argument("--train", required=True, metavar="FILE", help="training file")
+    p.add_argument("--dev", required=True, metavar="FILE", help="dev file")
+    p.add_argument("--question-column", default="question", help="column of the question (default question)")
+    p.add_argument(
+        "--options-column",
+        default="options",
+        help="column holding the list of options, or several columns, comma-separated (default options)",
+    )
+    p.add_argument("--answer-column", default="answer", help="column of the answer (default answer)")
+    p.add_argument("--head", default="choice", help="name of the ranking head (default choice)")
+    _finetune_options(p)
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.choice import OWN, read_choice_file
+
+        columns = [c.strip() for c in args.options_column.split(",") if c.strip()]
+
+        def splits():
+            train = read_choice_file(args.train, args.question_column, columns, args.answer_column)
+            count = len(train[0].options)
+            dev = read_choice_file(args.dev, args.question_column, columns, args.answer_column, count)
+            return {"train": train, "dev": dev}
+
+        _run(args, _plan_choice(args.head, OWN, splits), CSQA_LR, CSQA_BATCH, CSQA_EPOCHS, CHOICE_EXTRA)
+
+    return run
+
+
+def _evaluate_winograd(p: argparse.ArgumentParser) -> Handler:
+    """a masked LM on Winograd schemas, zero-shot: WSC273, WinoGrande dev, SuperGLUE WSC val
+
+    Scores each schema's candidates at its pronoun with --model's masked LM (any checkpoint with one:
+    a pretraining step, a WSC-fine-tuned RUN/best, HF or fairseq) and prints one JSON object: per set
+    given, the accuracy in percent and the count. WSC273 and WinoGrande: right when the right answer
+    scores more than the other; SuperGLUE WSC: the query predicted true when it scores at least
+    every candidate noun phrase of the sentence.
+    """
+    p.add_argument("--model", required=True, help="checkpoint with a masked-LM head")
+    p.add_argument("--wsc273", metavar="FILE", help="WSCollection.xml (its first 273 schemas)")
+    p.add_argument("--winogrande", metavar="FILE", help="WinoGrande JSONL with answers (dev.jsonl)")
+    p.add_argument("--superglue", metavar="FILE", help="SuperGLUE WSC JSONL with labels (val.jsonl)")
+    p.add_argument("--wnli", metavar="FILE", help="GLUE WNLI TSV with labels (dev.tsv), read as schemas")
+
+    def run(args: argparse.Namespace) -> None:
+        from roberta.tasks.winograd import zero_shot
+
+        print_figures(zero_shot(args.model, args.wsc273, args.winogrande, args.superglue, args.wnli))
+
+    return run
+
+
+PREDICT_TASKS = {
+    "wsc": "WSC",
+    "wnli-wsc": "WNLI-WSC",
+    "winogrande": "WinoGrande",
+    "commonsenseqa": "CommonsenseQA",
+}
+
+
+def predict_task(args: argparse.Namespace) -> bool:
+    """`predict --task WSC|WNLI-WSC|WinoGrande|CommonsenseQA`: the test file's leaderboard file; False for
+    another task (GLUE's, handled by the caller)."""
+    if args.task.lower() not in PREDICT_TASKS:
+        return False
+    from roberta.cli.common import load_hub
+    from roberta.tasks.winograd import PREDICTORS
+
+    given = (
+        ("--head", args.head),
+        ("--columns", args.columns),
+        ("--header", args.header),
+        ("--int8", args.int8),
+    )
+    for option, value in given:
+        if value:
+            what = "is not available (fp32 only)" if option == "--int8" else "means nothing"
+            raise UserError(f"predict: {option} {what} with --task {args.task}")
+    count = PREDICTORS[args.task.lower()](load_hub(args), args.input, args.out)
+    print(f"{args.out}: {count} predictions")
+    return True
+
+
+FINETUNE_TASKS = {
+    "wsc": _finetune_wsc,
+    "winogrande": _finetune_winogrande,
+    "commonsenseqa": _finetune_commonsenseqa,
+    "choice": _finetune_choice,
+}
+EVALUATE_TASKS = {"winograd": _evaluate_winograd}
