@@ -103,6 +103,22 @@ def test_the_hub_in_bf16_answers_fp32_tensors_close_to_fp32s(micro_checkpoint):
     assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # autocast: weights stay fp32
 
 
+def test_answer_runs_in_bf16_with_scores_close_to_fp32s(micro_checkpoint):
+    from roberta.model import SpanHead
+
+    hubs = {p: load(micro_checkpoint) for p in ("fp32", "bf16")}
+    for hub in hubs.values():
+        torch.manual_seed(3)
+        hub.model.add_head("squad", SpanHead(hub.model.config))
+        hub.eval()
+    hubs["bf16"].use_precision("bf16")
+    context = "Hamlet is a tragedy written by William Shakespeare around 1600, set in Denmark."
+    found = {p: hub.answer("Who wrote Hamlet?", context, topk=5) for p, hub in hubs.items()}
+    scores = {p: sorted(score for _, score, _ in spans) for p, spans in found.items()}
+    assert len(scores["bf16"]) == len(scores["fp32"]) == 5
+    assert max(abs(a - b) for a, b in zip(scores["bf16"], scores["fp32"])) < 0.1
+
+
 def test_a_quantized_hub_cannot_be_switched_to_bf16(micro_checkpoint):
     hub = load(micro_checkpoint).quantize()
     assert hub.precision == "int8"

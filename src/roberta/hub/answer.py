@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from roberta.errors import UserError
+from roberta.precision import autocast
 from roberta.qa.examples import SquadExample
 from roberta.qa.predict import predict_windows
 from roberta.qa.windows import answer_windows, make_windows
@@ -38,9 +39,10 @@ def answer(
     if examples:
         windows = make_windows(hub.tokenizer, examples, max_length, stride, max_query, train=False).windows
         # Decoding's usual 20 candidates (HF's n_best_size), more when more spans are asked for.
-        nbest = predict_windows(
-            hub.model, name, "1.1", examples, windows, hub.tokenizer.pad_id, n_best=max(topk, 20)
-        ).nbest
+        with autocast(hub.precision, hub.device):
+            nbest = predict_windows(
+                hub.model, name, "1.1", examples, windows, hub.tokenizer.pad_id, n_best=max(topk, 20)
+            ).nbest
     answers = [
         [(s.text, s.score, s.char_start) for s in nbest.get(str(i), [])[:topk]] for i in range(len(questions))
     ]

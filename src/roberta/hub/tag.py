@@ -10,6 +10,7 @@ from pathlib import Path
 
 from roberta.errors import UserError
 from roberta.io import atomic_write
+from roberta.precision import autocast
 from roberta.tagging.predict import tag_texts, tag_words
 
 
@@ -39,7 +40,8 @@ def tag(hub, text: str | Sequence[str], name: str | None = None) -> list:
         if not isinstance(t, str):
             raise UserError(f"text[{i}]: expected a string, got {type(t).__name__}")
     head = tagging_head(hub, name)
-    found = tag_texts(hub.model, hub.tokenizer, head, list(texts), hub.batch_tokens)
+    with autocast(hub.precision, hub.device):
+        found = tag_texts(hub.model, hub.tokenizer, head, list(texts), hub.batch_tokens)
     return found[0] if isinstance(text, str) else found
 
 
@@ -53,7 +55,8 @@ def tag_file(hub, input: str | Path, out: str | Path, head: str | None = None, w
 
     name = tagging_head(hub, head)
     sentences = read_tagged(input, TagColumns(word_column=word_column), tagged=False)
-    tags = tag_words(hub.model, hub.tokenizer, name, [s.words for s in sentences], hub.batch_tokens)
+    with autocast(hub.precision, hub.device):
+        tags = tag_words(hub.model, hub.tokenizer, name, [s.words for s in sentences], hub.batch_tokens)
     jsonl = Path(out).suffix.lower() == ".jsonl"
     with atomic_write(out) as f:
         for sentence, row in zip(sentences, tags):

@@ -49,7 +49,7 @@ def predict_windows(
         for rows in cut(np.arange(len(windows)), batch_size):
             tokens = pad([windows[w].tokens for w in rows], pad_id, width).to(device)
             start, end = padding_lowest(model.head_outputs(head, tokens), tokens, pad_id)
-            starts.append(start.cpu().numpy())
-            ends.append(end.cpu().numpy())
+            starts.append(start.float().cpu().numpy())  # fp32 under bf16 autocast too
+            ends.append(end.float().cpu().numpy())
     model.train(was_training)
     return decode(examples, windows, np.concatenate(starts), np.concatenate(ends), n_best, version=version)
