@@ -41,6 +41,7 @@ class Job:
     # An existing script's output -> its headline rows; None: the script writes --json rows itself.
     headline: Callable[[str], list[Row]] | None = None
     corpus_mb: float | None = None  # prepare: a corpus sample of about this size (None: the whole corpus)
+    precision: str = "fp32"  # bf16: the script's --precision bf16 (both sides), MFU against bf16's peak
 
 
 def markdown_cells(output: str, first_cell: str) -> list[str]:
@@ -69,7 +70,7 @@ def prepare_rows(output: str) -> list[Row]:
     return [compared(name, "MB/s (wall)", [float(ours[4])], [float(plain[4])])]
 
 
-def embed_rows(output: str) -> list[Row]:
+def embed_rows(output: str, precision: str = "fp32") -> list[Row]:
     best, ratio, low, high = re.search(
         r"ours / best HF \((\S+)\): ([\d.]+)x \(per slice ([\d.]+)-([\d.]+)x\)", output
     ).groups()
@@ -82,7 +83,8 @@ def embed_rows(output: str) -> list[Row]:
     count = re.search(r"^(\d+) paragraphs", output, re.MULTILINE).group(1)
     return [
         Row(
-            f"`embed`, base shape, {count} corpus paragraphs: ours `Roberta.embed` vs HF {best}",
+            f"`embed`, base shape{', bf16 (ours autocast, HF torch_dtype)' if precision == 'bf16' else ''}, "
+            f"{count} corpus paragraphs: ours `Roberta.embed` vs HF {best}",
             "sentences/s",
             Spread.of([rate("ours")]),
             Spread.of([rate(best)]),
@@ -164,6 +166,27 @@ PLANS: dict[str, list[Job]] = {
     ],
 }
 
+# On a CPU with bf16 units (AMX, AVX512-BF16) `make bench` adds bf16 rows: both sides in bf16, beside
+# the fp32 rows above (issue #48). Their sizes are the fp32 rows' (bf16 runs several times faster).
+BF16_JOBS = [
+    Job(
+        "pretrain-base-bf16", "pretrain_step.py", ("--shapes", "base@128", "--slices", "2"), precision="bf16"
+    ),
+    Job(
+        "finetune-bf16",
+        "finetune_throughput.py",
+        ("--examples", "SST-2=192,RTE=96,CoNLL=192", "--shape", "tiny", "--repeats", "2"),
+        precision="bf16",
+    ),
+    Job(
+        "embed-bf16",
+        "embed_throughput.py",
+        ("--paragraphs", "48", "--slices", "2", "--hf-batch-sizes", "8", "--skip", "ort,ours-int8"),
+        lambda output: embed_rows(output, "bf16"),
+        precision="bf16",
+    ),
+]
+
 NOTES = """\
 What each row times (details: each script's `--help`):
 - **Pretraining step**: one run alternates the two sides in slices, the first rotating; each
@@ -186,7 +209,11 @@ What each row times (details: each script's `--help`):
   warmup, no clipping. Peak RSS: the largest of each side's processes (the whole process, imports included).
 - **MFU**: FLOPs by one formula for both sides (`harness.training_flops`: 6 x non-embedding
   parameters x tokens + attention + the LM head over the positions that side scores; fine-tuning:
-  real tokens only) over the fp32 matmul peak measured at the start of the run.
+  real tokens only) over the matmul peak of the row's precision measured at the start of the run.
+- **bf16 rows** (a CPU with AMX or AVX512-BF16 only): both sides in bf16, at the fp32 rows' sizes:
+  pretraining under torch's CPU autocast on both sides, fine-tuning `--train.precision=bf16` against
+  HF `Trainer(bf16=True)`, embed `Roberta.use_precision("bf16")` against HF's model in
+  `torch_dtype=torch.bfloat16`. The fp32 rows pin fp32 (`ROBERTA_PRECISION=fp32` for ours).
 - **prepare, tokenization, embed**: the headline of `prepare_throughput.py`, `tokenizer_speed.py`
   and `embed_throughput.py` at the sizes in `benchmarks/bench.py` (one measurement, or the
   embed script's slices); their full tables and method are in their own files under
@@ -227,13 +254,15 @@ def corpus_sample(data: Path, megabytes: float, work: Path) -> Path:
     return out
 
 
-def run_job(job: Job, args: argparse.Namespace, peak: float) -> tuple[list[Row], bool]:
+def run_job(job: Job, args: argparse.Namespace, peaks: dict[str, float]) -> tuple[list[Row], bool]:
     """The job's rows, and whether it succeeded."""
     print(f"\n=== {job.name}: benchmarks/{job.script} {' '.join(job.args)}", flush=True)
     logs = args.work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, str(harness.ROOT / "benchmarks" / job.script), *job.args]
+    argv += ["--precision", job.precision] if job.precision != "fp32" else []
     env = harness.thread_env(args.threads)
+    peak = peaks[job.precision]
     rows_file = args.work / f"{job.name}.json"
     if job.headline is None:
         rows_file.unlink(missing_ok=True)
@@ -295,11 +324,17 @@ def main() -> None:
     started = time.perf_counter()
     now = datetime.datetime.now(datetime.UTC)
     date = now.strftime("%Y-%m-%d %H:%M UTC")
-    peak = harness.peak_matmul_flops(args.threads)
-    print(f"fp32 matmul peak at {args.threads} threads: {peak / 1e9:.1f} GFLOP/s", flush=True)
+    from roberta.precision import cpu_units
+
+    jobs = PLANS[plan] + (BF16_JOBS if plan != "smoke" and cpu_units().native_bf16 else [])
+    precisions = sorted({job.precision for job in jobs})
+    peaks = {p: harness.peak_matmul_flops(args.threads, p) for p in precisions}
+    peak = peaks["fp32"]
+    for p, value in peaks.items():
+        print(f"{p} matmul peak at {args.threads} threads: {value / 1e9:.1f} GFLOP/s", flush=True)
     rows, ok = [], True
-    for job in PLANS[plan]:
-        found, succeeded = run_job(job, args, peak)
+    for job in jobs:
+        found, succeeded = run_job(job, args, peaks)
         rows += found
         ok &= succeeded
     command, what = {
@@ -312,7 +347,9 @@ def main() -> None:
         f"Measured {date} by `{command}` in {harness.elapsed(started)}: {harness.machine()}; "
         f"{harness.versions()}; threads per side: {args.threads}; large tensors on huge pages for both "
         f"sides: {'yes' if harness.thread_env(args.threads)['THP_MEM_ALLOC_ENABLE'] == '1' else 'no'} "
-        f"(THP_MEM_ALLOC_ENABLE); fp32 matmul peak {peak / 1e9:.1f} GFLOP/s "
+        f"(THP_MEM_ALLOC_ENABLE); fp32 matmul peak {peak / 1e9:.1f} GFLOP/s"
+        + (f", bf16 {peaks['bf16'] / 1e9:.1f}" if "bf16" in peaks else "")
+        + " "
         f"(2048 x 2048, best of 3). Each figure: median over slices (min–max); the ratio is the median of "
         f"the per-slice ratios.\n\n"
         f"{harness.format_table(rows)}\n\n{NOTES}"

@@ -219,7 +219,7 @@ def squad_subset(articles: list[dict], questions: int) -> dict:
     return {"version": "1.1", "data": kept}
 
 
-def ours_argv(setup: Setup, init: Path, out: Path) -> list[str]:
+def ours_argv(setup: Setup, init: Path, out: Path, precision: str) -> list[str]:
     task = setup.task
     roberta = str(Path(sys.executable).with_name("roberta"))
     if task.squad:
@@ -231,6 +231,7 @@ def ours_argv(setup: Setup, init: Path, out: Path) -> list[str]:
         verb = ["glue", "--task", task.name, "--data", str(setup.train)]
     batch = [f"--train.batch_size={task.batch}", f"--train.micro_batch_size={task.batch}"]
     cpu = "--train.seed=1 --train.device=cpu --train.log_every=1000000000".split()
+    cpu.append(f"--train.precision={precision}")
     paths = ["--init", str(init), "--out", str(out)]
     return [roberta, "finetune", *verb, *paths, "--train.epochs=1", *batch, *cpu]
 
@@ -246,7 +247,7 @@ def ours_seconds(run_dir: Path, tokens: int) -> float:
     return tokens / train[0]["tokens_per_s"]
 
 
-def hf_argv(setup: Setup, hf_dir: Path, out: Path, strategy: str, threads: int) -> list[str]:
+def hf_argv(setup: Setup, hf_dir: Path, out: Path, strategy: str, threads: int, precision: str) -> list[str]:
     task = setup.task
     spec = {
         "task": task.name,
@@ -256,6 +257,7 @@ def hf_argv(setup: Setup, hf_dir: Path, out: Path, strategy: str, threads: int) 
         "lr": task.lr,
         "strategy": strategy,
         "threads": threads,
+        "precision": precision,
         "train": str(setup.windows if task.squad or task.conll else setup.train / "train.tsv"),
     }
     return [sys.executable, __file__, "--hf-run", json.dumps(spec)]
@@ -307,6 +309,7 @@ def hf_run(spec: dict) -> None:
         num_train_epochs=1,
         train_sampling_strategy=spec["strategy"],
         eval_strategy="no",
+        bf16=spec["precision"] == "bf16",  # HF Trainer's bf16 on a CPU: torch's CPU autocast, as ours
     )
     trainer = Trainer(
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
@@ -326,14 +329,15 @@ def hf_run(spec: dict) -> None:
 class Sides:
     """The runs of one task, each side's rate per slice and its largest peak RSS."""
 
-    def __init__(self, setup: Setup, ours: Path, hf: Path, work: Path, threads: int):
+    def __init__(self, setup: Setup, ours: Path, hf: Path, work: Path, threads: int, precision: str):
         self.setup, self.ours, self.hf, self.work, self.threads = setup, ours, hf, work, threads
+        self.precision = precision
         self.peak_rss: dict[str, float] = {}
 
     def ours_run(self) -> float:
         out = self.work / "runs" / f"{self.setup.task.name}-ours"
         shutil.rmtree(out, ignore_errors=True)
-        self._run("ours", ours_argv(self.setup, self.ours, out))
+        self._run("ours", ours_argv(self.setup, self.ours, out, self.precision))
         seconds = ours_seconds(out, sum(self.setup.lengths))
         shutil.rmtree(out)
         return len(self.setup.lengths) / seconds
@@ -342,7 +346,9 @@ class Sides:
         out = self.work / "runs" / f"{self.setup.task.name}-hf"
         strategy = "group_by_length" if side == HF_GROUPED else "random"
         result = json.loads(
-            self._run(side, hf_argv(self.setup, self.hf, out, strategy, self.threads)).splitlines()[-1]
+            self._run(
+                side, hf_argv(self.setup, self.hf, out, strategy, self.threads, self.precision)
+            ).splitlines()[-1]
         )
         shutil.rmtree(out, ignore_errors=True)
         if result["tokens"] != sum(self.setup.lengths):  # HF's tokenizer and ours should agree exactly
@@ -373,7 +379,7 @@ def compare(
         f"tokens on average (max {max(setup.lengths)}), batch {task.batch}",
         flush=True,
     )
-    sides = Sides(setup, ours, hf, args.work, args.threads)
+    sides = Sides(setup, ours, hf, args.work, args.threads, args.precision)
     runs = {"ours": sides.ours_run, **{name: (lambda n=name: sides.hf_run(n)) for name in baselines}}
     rates = harness.alternate(runs, args.repeats)
     flops_per_example = harness.training_flops(config, round(mean_length), sum(setup.lengths)) / len(
@@ -393,6 +399,7 @@ def compare(
     )
     what += f", mean {mean_length:.0f})"
     shape = f"{config.num_layers} x {config.hidden_size}"
+    shape += ", bf16 autocast (both)" if args.precision == "bf16" else ""
     return [
         harness.compared(
             f"fine-tuning {what}, {shape}, batch {task.batch}: `roberta finetune` vs {name}",
@@ -425,14 +432,26 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--threads", type=int, default=2)
     harness.add_data_and_work(p, harness.ROOT / "runs" / "bench" / "finetune", "scratch directory")
-    p.add_argument("--peak-gflops", type=float, help="fp32 matmul peak for MFU (default: measured now)")
+    p.add_argument(
+        "--peak-gflops", type=float, help="the precision's matmul peak for MFU (default: measured now)"
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: ours with --train.precision=bf16, HF's Trainer with bf16=True (default fp32)",
+    )
     p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
     p.add_argument("--hf-run", help=argparse.SUPPRESS)  # the HF child: a JSON spec
     args = p.parse_args()
     if args.hf_run:
         hf_run(json.loads(args.hf_run))
         return
-    peak = args.peak_gflops * 1e9 if args.peak_gflops else harness.peak_matmul_flops(args.threads)
+    peak = (
+        args.peak_gflops * 1e9
+        if args.peak_gflops
+        else harness.peak_matmul_flops(args.threads, args.precision)
+    )
     args.work.mkdir(parents=True, exist_ok=True)
     ours, hf, config = models(args.shape, args.data, args.work)
     rows = []

@@ -185,9 +185,13 @@ def add_data_and_work(p: argparse.ArgumentParser, work: Path, work_help: str) ->
 def thread_env(threads: int) -> dict[str, str]:
     """The environment for a measured subprocess: both sides get the same thread count, and large
     tensors on huge pages as the `roberta` command sets for itself (HF gains from it too: the ratio
-    measures the code, not the allocator); THP_MEM_ALLOC_ENABLE in our environment overrides it."""
+    measures the code, not the allocator), and `auto` precision meaning fp32; THP_MEM_ALLOC_ENABLE
+    and ROBERTA_PRECISION in our environment override them."""
     return {
         "THP_MEM_ALLOC_ENABLE": "1",
+        # `auto` is bf16 on a CPU with AMX: a benchmark's fp32 rows stay fp32 on every machine, and its
+        # bf16 rows ask for bf16 by name (roberta.precision).
+        "ROBERTA_PRECISION": "fp32",
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
