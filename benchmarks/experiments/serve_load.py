@@ -384,12 +384,13 @@ def table(cells: dict) -> str:
 
 
 def write_result(kind: str, body: str) -> Path:
-    today = datetime.date.today().isoformat()
-    path = ROOT / "benchmarks" / "results" / f"{today}-serve-{kind}.md"
+    """benchmarks/results/<date>-serve-<kind>.md; a second run the same day gets its time in the name."""
+    from bench import write_run_file
+
+    now = datetime.datetime.now(datetime.UTC)
     command = " ".join([".venv/bin/python", *[Path(a).name if a == __file__ else a for a in sys.argv]])
-    header = f"# serve {kind} ({today})\n\n`{command}`\n\nMachine: {machine()}; {versions()}.\n\n"
-    path.write_text(header + body + "\n")
-    return path
+    header = f"# serve {kind} ({now:%Y-%m-%d})\n\n`{command}`\n\nMachine: {machine()}; {versions()}.\n\n"
+    return write_run_file(ROOT / "benchmarks" / "results", now, f"serve-{kind}", header + body + "\n")
 
 
 INVALID = [

@@ -135,7 +135,7 @@ class TrainSection(JobSection):
     epochs: float = 0.0  # > 0: the budget is this many passes over the training data (replaces max_steps)
     scale: float = 1.0  # multiplies batch_size, max_steps and warmup_steps (Table 3 keeps equal compute)
     seed: int = 1
-    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
+    precision: str = "auto"  # auto (bf16 on a GPU or CPU with bf16 units, else fp32) | fp32 | bf16 | fp16
     parallel: str = "ddp"  # ddp | fsdp
     device: str = "auto"  # auto | cpu | cuda
     log_every: int = 10
