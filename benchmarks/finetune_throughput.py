@@ -303,13 +303,15 @@ def hf_run(spec: dict) -> None:
         model = transformers.AutoModelForSequenceClassification.from_pretrained(
             spec["hf_dir"], num_labels=len(task.labels)
         )
+    recipe = harness.hf_trainer_recipe(spec["lr"], spec["batch"], seed=1)
+    if spec.get("precision") == "bf16":
+        recipe["bf16"] = True  # HF Trainer's bf16 on a CPU: torch's CPU autocast, as ours runs
     args = TrainingArguments(
         output_dir=spec["out"],
-        **harness.hf_trainer_recipe(spec["lr"], spec["batch"], seed=1),
+        **recipe,
         num_train_epochs=1,
         train_sampling_strategy=spec["strategy"],
         eval_strategy="no",
-        bf16=spec["precision"] == "bf16",  # HF Trainer's bf16 on a CPU: torch's CPU autocast, as ours
     )
     trainer = Trainer(
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer

@@ -142,7 +142,7 @@ def trainer_rate(argv: list[str], run: Path, threads: int) -> float:
 
 def part_finetune(args, work: Path) -> dict:
     ckpt, _ = base_hub(args, work)
-    steps = 3 if args.smoke else 6
+    steps = 3 if args.smoke else 12
     common = ["finetune", "glue", "--task", "RTE", "--data", str(args.data / "glue" / "RTE"), "--init"]
     common += [str(ckpt), "--data.max_length=128", "--train.batch_size=16", f"--train.max_steps={steps}"]
     common += ["--train.log_every=1", f"--train.eval_every={steps * 10}", "--train.progress=false"]

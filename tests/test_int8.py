@@ -157,8 +157,8 @@ def test_cli_int8_embed_through_the_roberta_command(fp32, checkpoint_dir, tmp_pa
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{tmp_path / 'v.npy'}: {len(TEXTS)} vectors"
-    # What runs, then the agreement, and nothing else (no notice from torch.ao).
-    chosen, line = done.stderr.splitlines()
+    # The agreement, then what ran, and nothing else (no notice from torch.ao).
+    line, chosen = done.stderr.splitlines()
     assert chosen == "precision: int8"
     assert line.startswith(f"int8 vs fp32 on the first {sample} input(s): cosine min 0.99")
     vectors, expected = torch.from_numpy(np.load(tmp_path / "v.npy")), fp32.embed(ids)
@@ -177,7 +177,7 @@ def test_cli_int8_predict_and_fill_mask(fp32, checkpoint_dir, tmp_path, capsys):
         )
         == 0
     )
-    chosen, line = capsys.readouterr().err.splitlines()
+    line, chosen = capsys.readouterr().err.splitlines()
     assert chosen == "precision: int8"
     expected = fp32.predict("sentiment", fp32.encode_batch(TEXTS)).argmax(-1).numpy()
     labels = np.array([int(r.split("\t")[0]) for r in (tmp_path / "p.tsv").read_text().splitlines()[1:]])
@@ -196,7 +196,7 @@ def test_cli_int8_predict_and_fill_mask(fp32, checkpoint_dir, tmp_path, capsys):
     )
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0].endswith("\t' Paris'\tThe capital of France is Paris.")
-    chosen, line = captured.err.splitlines()
+    line, chosen = captured.err.splitlines()
     assert chosen == "precision: int8"
     assert line.startswith(
         "int8 vs fp32 on the first 1 input(s): top-1 agrees on 1/1 (100.0%), max |logit difference| "

@@ -65,10 +65,11 @@ def task_throughput(setup, ours_dir: Path, hf_dir: Path, config, plan: Plan, wor
 
     runs = work / "finetune" / "runs"
     env = harness.thread_env(plan.threads)
+    precision = "bf16" if plan.device == "cuda" else "fp32"  # on a GPU both sides run bf16
 
     def ours() -> float:
         out = runs / f"{setup.task.name}-ours"
-        argv = finetune_throughput.ours_argv(setup, ours_dir, out)
+        argv = finetune_throughput.ours_argv(setup, ours_dir, out, precision)
         # ours_argv names the venv's `roberta` and the CPU; the device machine has no venv, and a
         # later override wins.
         argv = [
@@ -84,7 +85,9 @@ def task_throughput(setup, ours_dir: Path, hf_dir: Path, config, plan: Plan, wor
 
     def hf() -> float:
         out = runs / f"{setup.task.name}-hf"
-        spec = json.loads(finetune_throughput.hf_argv(setup, hf_dir, out, "random", plan.threads)[-1])
+        spec = json.loads(
+            finetune_throughput.hf_argv(setup, hf_dir, out, "random", plan.threads, precision)[-1]
+        )
         argv = [
             sys.executable,
             str(HERE / "gpu_check.py"),

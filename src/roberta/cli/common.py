@@ -135,10 +135,10 @@ def hub_options(p: argparse.ArgumentParser) -> None:
 
 
 def load_hub(args: argparse.Namespace):
-    """The checkpoint as a hub, on --device, with --batch-tokens, in --precision (said on stderr).
-    int8 sets `args.int8`: the verbs quantize after measuring fp32 on their first batch."""
-    import sys
-
+    """The checkpoint as a hub, on --device, with --batch-tokens, in --precision. int8 sets
+    `args.int8`: the verbs quantize after measuring fp32 on their first batch. What runs, and why,
+    is `args.precision_line`, which `say_precision` prints once the verb has succeeded (a refusal
+    stays one line)."""
     from roberta.hub import check_device, load
     from roberta.precision import inference_precision, reason
 
@@ -156,8 +156,15 @@ def load_hub(args: argparse.Namespace):
     args.int8 = precision == "int8"
     if not args.int8:
         roberta.use_precision(precision)
-    print(f"precision: {reason(requested, precision, device)}", file=sys.stderr)
+    args.precision_line = f"precision: {reason(requested, precision, device)}"
     return roberta
+
+
+def say_precision(args: argparse.Namespace) -> None:
+    """The precision an inference verb ran in, on stderr, after its work (see `load_hub`)."""
+    import sys
+
+    print(args.precision_line, file=sys.stderr)
 
 
 def run_line_file(args: argparse.Namespace, run_file: Callable[..., int], noun: str, **options) -> None:
@@ -173,6 +180,7 @@ def run_line_file(args: argparse.Namespace, run_file: Callable[..., int], noun: 
         **options,
     )
     print(f"{args.out}: {rows} {noun}")
+    say_precision(args)
 
 
 def print_figures(figures: dict) -> None:

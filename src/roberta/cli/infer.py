@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from roberta.cli import winograd as winograd_cli
-from roberta.cli.common import Handler, hub_options, line_file_options, load_hub, run_line_file
+from roberta.cli.common import Handler, hub_options, line_file_options, load_hub, run_line_file, say_precision
 from roberta.errors import UserError
 
 
@@ -30,6 +30,7 @@ def _fill_mask(p: argparse.ArgumentParser) -> Handler:
             quantize_for_fill_mask(roberta, args.text)
         for filled, score, token in roberta.fill_mask(args.text, topk=args.topk):
             print(f"{score:.4f}\t{token!r}\t{filled}")
+        say_precision(args)
 
     return run
 
@@ -146,6 +147,7 @@ def _predict_task(args: argparse.Namespace) -> None:
     print(
         f"{args.out}: {predict_test_file(load_hub(args), task, args.input, args.out, args.int8)} predictions"
     )
+    say_precision(args)
 
 
 VERBS = {"fill-mask": _fill_mask, "embed": _embed, "predict": _predict}

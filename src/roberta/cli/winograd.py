@@ -244,21 +244,24 @@ def predict_task(args: argparse.Namespace) -> bool:
     another task (GLUE's, handled by the caller)."""
     if args.task.lower() not in PREDICT_TASKS:
         return False
-    from roberta.cli.common import load_hub
+    from roberta.cli.common import load_hub, say_precision
     from roberta.tasks.winograd import PREDICTORS
 
+    fp32_only = "is not available (fp32 only)"
     given = (
-        ("--head", args.head),
-        ("--columns", args.columns),
-        ("--header", args.header),
-        ("--int8", args.int8),
+        ("--head", args.head, "means nothing"),
+        ("--columns", args.columns, "means nothing"),
+        ("--header", args.header, "means nothing"),
+        ("--int8", args.int8, fp32_only),
+        (f"--precision {args.precision}", args.precision not in ("auto", "fp32"), fp32_only),
     )
-    for option, value in given:
+    for option, value, what in given:
         if value:
-            what = "is not available (fp32 only)" if option == "--int8" else "means nothing"
             raise UserError(f"predict: {option} {what} with --task {args.task}")
+    args.precision = "fp32"  # candidate and option scores decide near-ties: fp32 whatever the CPU
     count = PREDICTORS[args.task.lower()](load_hub(args), args.input, args.out)
     print(f"{args.out}: {count} predictions")
+    say_precision(args)
     return True
 
 
