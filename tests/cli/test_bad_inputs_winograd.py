@@ -174,6 +174,22 @@ CASES = [
         ],
     ),
     Case(
+        "predict/bf16-with-wsc",
+        "predict: --precision bf16 is not available (fp32 only) with --task WSC",
+        argv=lambda e: [
+            "predict",
+            str(e.assets.checkpoint),
+            "--task",
+            "WSC",
+            "--precision",
+            "bf16",
+            "--input",
+            str(e.assets.data / "wsc" / "superglue" / "test.jsonl"),
+            "--out",
+            str(e.work / "WSC.jsonl"),
+        ],
+    ),
+    Case(
         "commonsenseqa/choice-list-of-wrong-length",
         "dev.jsonl:2: field 'question.choices' has 4 choices, expected 5",
         argv=lambda e: csqa(e, lambda r: r["question"]["choices"].pop(), 2, "dev"),
