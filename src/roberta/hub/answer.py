@@ -12,21 +12,17 @@ from roberta.qa.predict import predict_windows
 from roberta.qa.windows import answer_windows, make_windows
 
 if TYPE_CHECKING:
-    pass
+    from roberta.hub.interface import Roberta
 
 
 def answer(
-    hub, question: str | Sequence[str], context: str | Sequence[str], topk: int = 1, name: str = "squad"
+    hub: Roberta,
+    question: str | Sequence[str],
+    context: str | Sequence[str],
+    topk: int = 1,
+    name: str = "squad",
 ) -> list:
-    """Extractive QA with the span head `name`: up to `topk` spans [(text, score, char_start)]
-    of `context`, best first, decoded as SQuAD dev is.
-
-    A question and a context (strings) give one such list. A list of questions gives one list
-    each: against a list of as many contexts, or all against one context string. A question
-    must hold text and a context must not be empty (UserError naming the argument); a context
-    of only whitespace has no span ([]). Contexts are read in overlapping windows sized to the
-    model's positions (`qa.windows.answer_windows`); a question is cut to the window's share.
-    """
+    """`Roberta.answer`'s work; its docstring says what it takes and gives."""
     questions, contexts = question_context_pairs(question, context)
     if type(topk) is not int or topk < 1:
         raise UserError(f"topk {topk!r} out of range: give 1 or more")

@@ -19,16 +19,7 @@ MASK = "<mask>"
 
 
 def fill_mask(hub: Roberta, masked_input: str | Sequence[str], topk: int = 5):
-    """The `topk` fillings of the one `<mask>` in a text: [(filled text, probability, token)].
-
-    fairseq's semantics: the text is split at `<mask>`, each side right-stripped and encoded
-    on its own, so the mask stands for a token that carries its leading space (' Paris'),
-    and the filled text replaces ' <mask>' (or '<mask>' with no space before it) by that
-    token. A symbol or WordPiece token carries no space: it replaces '<mask>' alone
-    ("EVQL<mask>ES" -> "EVQLVES"). A list of texts gives a list of such lists, computed in batches.
-
-    Refused for a model whose checkpoint held no masked-LM head.
-    """
+    """`Roberta.fill_mask`'s work; its docstring says what it takes and gives."""
     check_fill_mask(hub, topk)
     texts = [masked_input] if isinstance(masked_input, str) else list(masked_input)
 
