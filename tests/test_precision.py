@@ -50,6 +50,17 @@ def test_auto_picks_by_the_units_the_cpu_reports(requested, device, units, cuda_
     assert choose_precision(requested, device, units, cuda_bf16, environment) == expected
 
 
+@pytest.mark.parametrize(
+    ("units", "environment", "expected"),
+    [(AMX, None, "int8"), (AVX512_BF16, None, "bf16"), (NONE, None, "fp32"), (AMX, "fp32", "fp32")],
+)
+def test_auto_for_serving_follows_what_answered_requests_fastest(units, environment, expected):
+    """On the AMX host int8 served more requests than bf16 at 1 and 32 clients (docs/precision.md);
+    a CPU without AMX's int8 units keeps the general choice."""
+    assert choose_precision("auto", "cpu", units, environment=environment, serving=True) == expected
+    assert choose_precision("bf16", "cpu", units, environment=environment, serving=True) == "bf16"
+
+
 def test_a_wrong_environment_value_is_refused_in_one_line():
     with pytest.raises(UserError, match="ROBERTA_PRECISION='half': give fp32 or bf16"):
         choose_precision("auto", "cpu", AMX, environment="half")
@@ -256,3 +267,10 @@ def test_bf16_fine_tuning_tracks_fp32(shared_data, tmp_path):
         ]
     assert len(results["bf16"]) == len(results["fp32"]) == 6
     assert max(abs(a - b) / b for a, b in zip(results["bf16"], results["fp32"])) < 0.02
+
+
+def test_serve_auto_runs_what_this_cpu_serves_fastest(micro_checkpoint, monkeypatch):
+    monkeypatch.delenv("ROBERTA_PRECISION", raising=False)
+    hub = load_hub(ServeOptions(str(micro_checkpoint)))
+    units = cpu_units()
+    assert hub.precision == ("int8" if units.amx_int8 else "bf16" if units.native_bf16 else "fp32")

@@ -80,11 +80,18 @@ def _cpuinfo_flags() -> set[str]:
 
 
 def choose_precision(
-    requested: str, device_type: str, units: CpuUnits, cuda_bf16: bool = False, environment: str | None = None
+    requested: str,
+    device_type: str,
+    units: CpuUnits,
+    cuda_bf16: bool = False,
+    environment: str | None = None,
+    serving: bool = False,
 ) -> str:
     """What `requested` runs as on a device: itself unless it is `auto`; `auto` is
     `environment` (ROBERTA_PRECISION) when given, else bf16 on a CUDA GPU with bf16 or a CPU with
-    native bf16 units, else fp32. A pure function of what it is told, so each case is testable."""
+    native bf16 units, else fp32. `serving` (`roberta serve`): int8 on a CPU with AMX's int8 units,
+    which answered requests faster than bf16 at 1 and at 32 clients there (docs/precision.md). A
+    pure function of what it is told, so each case is testable."""
     if requested != "auto":
         return requested
     if environment:
@@ -93,20 +100,26 @@ def choose_precision(
         return environment
     if device_type == "cuda":
         return "bf16" if cuda_bf16 else "fp32"
+    if device_type == "cpu" and serving and units.amx_int8:
+        return "int8"
     if device_type == "cpu" and units.native_bf16:
         return "bf16"
     return "fp32"
 
 
-def resolve(requested: str, device: torch.device) -> str:
+def resolve(requested: str, device: torch.device, serving: bool = False) -> str:
     """`choose_precision` for this machine: its units, its GPU, its environment."""
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return choose_precision(requested, device.type, cpu_units(), cuda_bf16, os.environ.get(ENVIRONMENT))
+    environment = os.environ.get(ENVIRONMENT)
+    return choose_precision(requested, device.type, cpu_units(), cuda_bf16, environment, serving)
 
 
-def inference_precision(requested: str, int8: bool, device: torch.device, runtime: str = "torch") -> str:
+def inference_precision(
+    requested: str, int8: bool, device: torch.device, runtime: str = "torch", serving: bool = False
+) -> str:
     """An inference verb's `--precision` (and the older `--int8`, which is `--precision int8`) as
-    it runs on `device` with `runtime`; UserError for a choice that cannot run there."""
+    it runs on `device` with `runtime` (`serving`: for `roberta serve`); UserError for a choice
+    that cannot run there."""
     if requested not in INFERENCE:
         raise UserError(f"--precision {requested!r} unknown; choose one of {', '.join(INFERENCE)}")
     if int8 and requested not in ("auto", "int8"):
@@ -117,7 +130,7 @@ def inference_precision(requested: str, int8: bool, device: torch.device, runtim
         if requested == "bf16":
             raise UserError("--precision bf16: an ONNX export runs its fp32 graphs (or its int8 ones)")
         return "int8" if requested == "int8" else "fp32"
-    return resolve(requested, device)
+    return resolve(requested, device, serving)
 
 
 def reason(requested: str, chosen: str, device: torch.device) -> str:

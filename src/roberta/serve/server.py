@@ -66,7 +66,7 @@ def load_hub(options: ServeOptions) -> Roberta:
         hub.precision = precision  # the graphs' own; nothing to autocast
     else:
         device = check_device(options.device)
-        precision = inference_precision(options.precision, options.int8, device)
+        precision = inference_precision(options.precision, options.int8, device, serving=True)
         if precision == "int8":
             from roberta.int8 import require_cpu
 
