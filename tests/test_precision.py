@@ -51,6 +51,22 @@ def test_auto_picks_by_the_units_the_cpu_reports(requested, device, units, cuda_
 
 
 @pytest.mark.parametrize(
+    ("device", "units", "width", "serving", "expected"),
+    [
+        ("cpu", AMX, 128, False, "fp32"),  # the CPU recipe's width: 2.5x slower in bf16 on AMX
+        ("cpu", AMX, 511, True, "fp32"),
+        ("cpu", AMX, 512, False, "bf16"),
+        ("cpu", AMX, 768, True, "int8"),
+        ("cpu", AVX512_BF16, 1024, False, "bf16"),
+        ("cuda", NONE, 128, False, "bf16"),  # a GPU's bf16 pays at any width
+    ],
+)
+def test_auto_on_a_cpu_leaves_narrow_models_in_fp32(device, units, width, serving, expected):
+    assert choose_precision("auto", device, units, device == "cuda", None, serving, width) == expected
+    assert choose_precision("bf16", device, units, device == "cuda", None, serving, width) == "bf16"
+
+
+@pytest.mark.parametrize(
     ("units", "environment", "expected"),
     [(AMX, None, "int8"), (AVX512_BF16, None, "bf16"), (NONE, None, "fp32"), (AMX, "fp32", "fp32")],
 )
@@ -166,10 +182,28 @@ def test_embed_in_bf16_through_the_cli_and_what_auto_picks_here(micro_checkpoint
         "--pool", "mean", "--no-progress", environment={"ROBERTA_PRECISION": None},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    expected = "bf16" if cpu_units().native_bf16 else "fp32"
-    assert f"precision: {expected} (auto: this CPU's units: " in proc.stderr
+    # The micro model is 64 wide: fp32 on every CPU, and the line says why.
+    why = (
+        "a 64-wide model runs fastest in fp32, even with" if cpu_units().native_bf16 else "this CPU's units:"
+    )
+    assert f"precision: fp32 (auto: {why} " in proc.stderr
     auto = torch.from_numpy(np.load(tmp_path / "auto.npy"))
-    assert auto.equal(out[expected])
+    assert auto.equal(out["fp32"])
+
+
+def test_the_hub_on_auto_runs_bf16_on_this_cpu_for_a_wide_model(tmp_path, monkeypatch):
+    from data_fixtures import write_byte_tokenizer
+    from roberta import Roberta, RobertaConfig, RobertaModel
+    from roberta.tokenizer import load_tokenizer
+
+    monkeypatch.delenv("ROBERTA_PRECISION", raising=False)
+    tokenizer = load_tokenizer(write_byte_tokenizer(tmp_path / "tok"))
+    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=512, num_layers=1, num_heads=8,
+                           ffn_size=1024, max_positions=66)  # fmt: skip
+    hub = Roberta(RobertaModel(config), tokenizer).eval().use_precision("auto")
+    assert hub.precision == ("bf16" if cpu_units().native_bf16 else "fp32")
+    vectors = hub.embed(hub.encode_batch(TEXTS))
+    assert vectors.dtype == torch.float32 and vectors.shape == (len(TEXTS), 512)
 
 
 def test_embed_refuses_two_precisions_in_one_line(micro_checkpoint, tmp_path):
@@ -269,8 +303,7 @@ def test_bf16_fine_tuning_tracks_fp32(shared_data, tmp_path):
     assert max(abs(a - b) / b for a, b in zip(results["bf16"], results["fp32"])) < 0.02
 
 
-def test_serve_auto_runs_what_this_cpu_serves_fastest(micro_checkpoint, monkeypatch):
+def test_serve_auto_keeps_a_narrow_model_in_fp32(micro_checkpoint, monkeypatch):
     monkeypatch.delenv("ROBERTA_PRECISION", raising=False)
     hub = load_hub(ServeOptions(str(micro_checkpoint)))
-    units = cpu_units()
-    assert hub.precision == ("int8" if units.amx_int8 else "bf16" if units.native_bf16 else "fp32")
+    assert hub.precision == "fp32"  # 64 wide: below what bf16 or int8 pay for on a CPU

@@ -27,6 +27,10 @@ from roberta.errors import UserError
 from roberta.options import INFERENCE_PRECISIONS
 
 TRAINING = ("auto", "fp32", "bf16", "fp16")
+# On a CPU, bf16 (and int8) pay for their casts only on wide enough matrix products: the CPU
+# recipe's 2 x 128 model pretrained 2.5x slower in bf16 than in fp32 on an AMX host, the base
+# shape (768) 1.7x faster, a 512-wide one 1.6x faster (docs/precision.md). Narrower models stay fp32.
+MIN_CPU_WIDTH = 512
 INFERENCE = INFERENCE_PRECISIONS
 ENVIRONMENT = "ROBERTA_PRECISION"
 
@@ -86,12 +90,14 @@ def choose_precision(
     cuda_bf16: bool = False,
     environment: str | None = None,
     serving: bool = False,
+    width: int | None = None,
 ) -> str:
     """What `requested` runs as on a device: itself unless it is `auto`; `auto` is
-    `environment` (ROBERTA_PRECISION) when given, else bf16 on a CUDA GPU with bf16 or a CPU with
-    native bf16 units, else fp32. `serving` (`roberta serve`): int8 on a CPU with AMX's int8 units,
-    which answered requests faster than bf16 at 1 and at 32 clients there (docs/precision.md). A
-    pure function of what it is told, so each case is testable."""
+    `environment` (ROBERTA_PRECISION) when given, else bf16 on a CUDA GPU with bf16 or on a CPU with
+    native bf16 units for a model at least MIN_CPU_WIDTH wide (`width`: its hidden size), else
+    fp32. `serving` (`roberta serve`): int8 on a CPU with AMX's int8 units, which answered requests
+    faster than bf16 at 1 and at 32 clients there (docs/precision.md). A pure function of what it is
+    told, so each case is testable."""
     if requested != "auto":
         return requested
     if environment:
@@ -100,26 +106,31 @@ def choose_precision(
         return environment
     if device_type == "cuda":
         return "bf16" if cuda_bf16 else "fp32"
-    if device_type == "cpu" and serving and units.amx_int8:
+    if device_type != "cpu" or (width is not None and width < MIN_CPU_WIDTH):
+        return "fp32"
+    if serving and units.amx_int8:
         return "int8"
-    if device_type == "cpu" and units.native_bf16:
-        return "bf16"
-    return "fp32"
+    return "bf16" if units.native_bf16 else "fp32"
 
 
-def resolve(requested: str, device: torch.device, serving: bool = False) -> str:
+def resolve(requested: str, device: torch.device, serving: bool = False, width: int | None = None) -> str:
     """`choose_precision` for this machine: its units, its GPU, its environment."""
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     environment = os.environ.get(ENVIRONMENT)
-    return choose_precision(requested, device.type, cpu_units(), cuda_bf16, environment, serving)
+    return choose_precision(requested, device.type, cpu_units(), cuda_bf16, environment, serving, width)
 
 
 def inference_precision(
-    requested: str, int8: bool, device: torch.device, runtime: str = "torch", serving: bool = False
+    requested: str,
+    int8: bool,
+    device: torch.device,
+    runtime: str = "torch",
+    serving: bool = False,
+    width: int | None = None,
 ) -> str:
     """An inference verb's `--precision` (and the older `--int8`, which is `--precision int8`) as
-    it runs on `device` with `runtime` (`serving`: for `roberta serve`); UserError for a choice
-    that cannot run there."""
+    it runs on `device` with `runtime` for a model `width` wide (`serving`: for `roberta serve`);
+    UserError for a choice that cannot run there."""
     if requested not in INFERENCE:
         raise UserError(f"--precision {requested!r} unknown; choose one of {', '.join(INFERENCE)}")
     if int8 and requested not in ("auto", "int8"):
@@ -130,18 +141,21 @@ def inference_precision(
         if requested == "bf16":
             raise UserError("--precision bf16: an ONNX export runs its fp32 graphs (or its int8 ones)")
         return "int8" if requested == "int8" else "fp32"
-    return resolve(requested, device, serving)
+    return resolve(requested, device, serving, width)
 
 
-def reason(requested: str, chosen: str, device: torch.device) -> str:
-    """Why `chosen` runs, for the logs and run records: "bf16 (auto: this CPU has amx_bf16, ...)"."""
+def reason(requested: str, chosen: str, device: torch.device, width: int | None = None) -> str:
+    """Why `chosen` runs, for the logs and run records: "bf16 (auto: this CPU's units: amx_bf16, ...)"."""
     if requested != "auto":
         return chosen
     if os.environ.get(ENVIRONMENT):
         return f"{chosen} (auto: {ENVIRONMENT}={os.environ[ENVIRONMENT]})"
     if device.type == "cuda":
         return f"{chosen} (auto: {'a' if chosen == 'bf16' else 'no'} bf16 GPU)"
-    return f"{chosen} (auto: this CPU's units: {', '.join(cpu_units().names())})"
+    units = ", ".join(cpu_units().names())
+    if width is not None and width < MIN_CPU_WIDTH and cpu_units().native_bf16:
+        return f"{chosen} (auto: a {width}-wide model runs fastest in fp32, even with this CPU's {units})"
+    return f"{chosen} (auto: this CPU's units: {units})"
 
 
 def compute_dtype(precision: str) -> torch.dtype:

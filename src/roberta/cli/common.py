@@ -153,10 +153,12 @@ def load_hub(args: argparse.Namespace):
         require_cpu(device)
     roberta = load(args.checkpoint, args.checkpoint_file).to(device)
     roberta.batch_tokens = args.batch_tokens
+    width = roberta.model.config.hidden_size
+    precision = inference_precision(args.precision, args.int8, device, width=width)
     args.int8 = precision == "int8"
     if not args.int8:
         roberta.use_precision(precision)
-    args.precision_line = f"precision: {reason(requested, precision, device)}"
+    args.precision_line = f"precision: {reason(requested, precision, device, width)}"
     return roberta
 
 

@@ -87,7 +87,7 @@ class Roberta(nn.Module):
         Returns the hub."""
         if precision not in INFERENCE:
             raise UserError(f"precision {precision!r} unknown; choose one of {', '.join(INFERENCE)}")
-        chosen = resolve(precision, self.device)
+        chosen = resolve(precision, self.device, width=self.model.config.hidden_size)
         if self.precision == "int8" and chosen != "int8":
             raise UserError(f"the hub is quantized to int8; load it again to run it in {chosen}")
         if chosen == "int8":

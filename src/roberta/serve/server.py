@@ -66,12 +66,13 @@ def load_hub(options: ServeOptions) -> Roberta:
         hub.precision = precision  # the graphs' own; nothing to autocast
     else:
         device = check_device(options.device)
-        precision = inference_precision(options.precision, options.int8, device, serving=True)
-        if precision == "int8":
+        if inference_precision(options.precision, options.int8, device) == "int8":  # asked for by name
             from roberta.int8 import require_cpu
 
-            require_cpu(device)
+            require_cpu(device)  # before the minutes a large checkpoint takes to read
         hub = load(options.checkpoint).to(device)
+        width = hub.model.config.hidden_size
+        precision = inference_precision(options.precision, options.int8, device, serving=True, width=width)
         if precision == "int8":
             from roberta.infer import quantize_for_embed
             from roberta.int8 import sample_ids
@@ -81,7 +82,8 @@ def load_hub(options: ServeOptions) -> Roberta:
         else:
             hub.use_precision(precision)
     requested = "int8" if options.int8 else options.precision
-    print(f"precision: {reason(requested, precision, hub.device)}", file=sys.stderr)
+    width = hub.model.config.hidden_size
+    print(f"precision: {reason(requested, precision, hub.device, width)}", file=sys.stderr)
     hub.batch_tokens = options.max_batch_tokens
     return hub
 

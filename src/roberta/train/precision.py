@@ -18,10 +18,10 @@ from roberta.precision import autocast, resolve
 __all__ = ["LossScaler", "autocast", "resolve_precision"]
 
 
-def resolve_precision(requested: str, device: torch.device) -> str:
-    """`train.precision` as it runs here (`roberta.precision.resolve`: `auto` is bf16 on a GPU or a
-    CPU with native bf16 units, fp32 elsewhere)."""
-    return resolve(requested, device)
+def resolve_precision(requested: str, device: torch.device, width: int | None = None) -> str:
+    """`train.precision` as it runs here for a model `width` wide (`roberta.precision.resolve`:
+    `auto` is bf16 on a GPU or a CPU with native bf16 units, fp32 elsewhere)."""
+    return resolve(requested, device, width=width)
 
 
 @dataclass

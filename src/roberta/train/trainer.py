@@ -275,7 +275,7 @@ def _start(
     model.to(placement.device)
     module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, placement)
     optimizer = build_optimizer(module, plan.job.optim)
-    precision = resolve_precision(cfg.precision, placement.device)
+    precision = resolve_precision(cfg.precision, placement.device, model.config.hidden_size)
     run = _Run(
         plan,
         objective,
@@ -314,7 +314,8 @@ def _open_run_directory(run: _Run, run_info: dict | None) -> None:
     if run.resumed:
         run_state.remove_run_temporaries(run.run_dir)
     job = _job_record(run.job, run.model)
-    ran = precision_reason(run.job.train.precision, run.precision, run.placement.device)
+    width = run.model.config.hidden_size
+    ran = precision_reason(run.job.train.precision, run.precision, run.placement.device, width)
     print(f"precision: {ran}", file=sys.stderr)
     write_json(run.run_dir / JOB_FILE, {"job": job, "precision": ran, **(run_info or {})})
     resume_step = run.step if run.resumed else None
