@@ -1,0 +1,58 @@
+"""Where a bf16 training step's time goes on a CPU: one base-shape classification step (16 x 128,
+dropout 0.1, fused AdamW) timed three times, then profiled (torch.profiler, the top ops by self
+time), in the precision given (docs/precision.md cites its figures of 2026-11-27).
+
+    .venv/bin/python benchmarks/experiments/bf16_step_profile.py bf16 [pad]
+    .venv/bin/python benchmarks/experiments/bf16_step_profile.py fp32 [pad]   # pad: rows of 40-115 tokens
+"""
+
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from roberta import RobertaConfig, RobertaModel
+from roberta.precision import autocast
+from roberta.train.config import OptimSection
+from roberta.train.optim import build_optimizer
+
+
+def main() -> None:
+    precision, padded = sys.argv[1], sys.argv[2:] == ["pad"]
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = RobertaModel(RobertaConfig.preset("base", vocab_size=50265)).train()
+    model.add_classification_head("c", 2)
+    optimizer = build_optimizer(model, OptimSection())
+    tokens = torch.randint(4, 50000, (16, 128))
+    tokens[:, 0] = 0
+    if padded:
+        for i in range(16):
+            tokens[i, 40 + 5 * i :] = 1
+    labels = torch.randint(0, 2, (16,))
+
+    def step() -> tuple[float, float]:
+        with autocast(precision, torch.device("cpu")):
+            logits = model.classify("c", model(tokens, select="first").last_hidden_state)
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+        started = time.perf_counter()
+        loss.backward()
+        backward = time.perf_counter() - started
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return backward, time.perf_counter() - started - backward
+
+    step()
+    for _ in range(3):
+        started = time.perf_counter()
+        backward, update = step()
+        total = time.perf_counter() - started
+        print(f"{precision}: step {total:.2f} s (backward {backward:.2f}, AdamW {update:.2f})")
+    with profile(activities=[ProfilerActivity.CPU]) as found:
+        step()
+    print(found.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+
+
+if __name__ == "__main__":
+    main()
