@@ -330,3 +330,36 @@ def read_rows(path: Path) -> list[Row]:
 
 def elapsed(started: float) -> str:
     return f"{(time.perf_counter() - started) / 60:.1f} min"
+
+
+def measure_parts(
+    parts: dict[str, Callable[[argparse.Namespace, Path], dict]],
+    args: argparse.Namespace,
+    scratch: str,
+    **fields,
+) -> dict:
+    """The parts named in `args.parts` (comma-separated) run in turn, each given `args` and one
+    scratch directory, into one record with the command, date (and `now`, a datetime), machine
+    and versions; each part's figures printed as JSON as it ends."""
+    import datetime
+    import sys
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    now = datetime.datetime.now(datetime.UTC)
+    record = {
+        "command": " ".join(["python3", *sys.argv]),
+        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "versions": versions(),
+        **fields,
+        "parts": {},
+    }
+    with tempfile.TemporaryDirectory(prefix=scratch) as work:
+        for name in args.parts.split(","):
+            print(f"=== {name}", flush=True)
+            record["parts"][name] = parts[name](args, Path(work))
+            print(json.dumps(record["parts"][name]), flush=True)
+    return {**record, "now": now}

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import harness
@@ -119,22 +117,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=harness.ROOT / "benchmarks" / "results")
     p.add_argument("--data", type=Path, default=Path(os.environ.get("ROBERTA_DATA", harness.DEFAULT_DATA)))
     args = p.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    now = datetime.datetime.now(datetime.UTC)
-    record = {
-        "command": " ".join(["python3", *sys.argv]),
-        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": harness.machine(),
-        "versions": harness.versions(),
-        "parts": {},
-    }
-    with tempfile.TemporaryDirectory(prefix="precision-quality-") as scratch:
-        for name in args.parts.split(","):
-            print(f"=== {name}", flush=True)
-            record["parts"][name] = PARTS[name](args, Path(scratch))
-            print(json.dumps(record["parts"][name]), flush=True)
+    record = harness.measure_parts(PARTS, args, "precision-quality-")
+    now = record.pop("now")
     from bench import write_run_file
 
     body = json.dumps(record, indent=1)

@@ -19,13 +19,11 @@ bf16 on trained weights is `precision_quality.py`'s. Results: benchmarks/results
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -241,23 +239,8 @@ def main() -> None:
     args = p.parse_args()
     if args.smoke:
         args.slices = 2
-    import torch
-
-    torch.set_num_threads(args.threads)
-    now = datetime.datetime.now(datetime.UTC)
-    record = {
-        "command": " ".join(["python3", *sys.argv]),
-        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": harness.machine(),
-        "versions": harness.versions(),
-        "threads": args.threads,
-        "parts": {},
-    }
-    with tempfile.TemporaryDirectory(prefix="precision-speed-") as scratch:
-        for name in args.parts.split(","):
-            print(f"=== {name}", flush=True)
-            record["parts"][name] = PARTS[name](args, Path(scratch))
-            print(json.dumps(record["parts"][name]), flush=True)
+    record = harness.measure_parts(PARTS, args, "precision-speed-", threads=args.threads)
+    now = record.pop("now")
     text = render(record)
     print(text)
     if not args.smoke:
