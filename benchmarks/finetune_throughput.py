@@ -434,16 +434,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--threads", type=int, default=2)
     harness.add_data_and_work(p, harness.ROOT / "runs" / "bench" / "finetune", "scratch directory")
-    p.add_argument(
-        "--peak-gflops", type=float, help="the precision's matmul peak for MFU (default: measured now)"
-    )
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        default="fp32",
-        help="bf16: ours with --train.precision=bf16, HF's Trainer with bf16=True (default fp32)",
-    )
-    p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
+    harness.add_row_options(p, "ours with --train.precision=bf16, HF's Trainer with bf16=True")
     p.add_argument("--hf-run", help=argparse.SUPPRESS)  # the HF child: a JSON spec
     args = p.parse_args()
     if args.hf_run:

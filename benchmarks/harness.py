@@ -182,6 +182,18 @@ def add_data_and_work(p: argparse.ArgumentParser, work: Path, work_help: str) ->
     p.add_argument("--work", type=Path, default=work, help=work_help)
 
 
+def add_row_options(p: argparse.ArgumentParser, bf16_help: str) -> None:
+    """A bench.py script's --peak-gflops, --precision (what `bf16` means for it: `bf16_help`) and
+    --json options."""
+    p.add_argument(
+        "--peak-gflops", type=float, help="the precision's matmul peak for MFU (default: measured now)"
+    )
+    p.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help=f"bf16: {bf16_help} (default fp32)"
+    )
+    p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
+
+
 def thread_env(threads: int) -> dict[str, str]:
     """The environment for a measured subprocess: both sides get the same thread count, and large
     tensors on huge pages as the `roberta` command sets for itself (HF gains from it too: the ratio

@@ -253,16 +253,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1, help="steps of each side per slice (default 1)")
     p.add_argument("--threads", type=int, default=2)
     harness.add_data_and_work(p, harness.ROOT / "runs" / "bench", "cache: the prepared corpus")
-    p.add_argument(
-        "--peak-gflops", type=float, help="the precision's matmul peak for MFU (default: measured now)"
-    )
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        default="fp32",
-        help="bf16: both sides under bf16 autocast, as `--train.precision=bf16` runs ours (default fp32)",
-    )
-    p.add_argument("--json", type=Path, help="write the table rows here (for bench.py)")
+    harness.add_row_options(p, "both sides under bf16 autocast, as `--train.precision=bf16` runs ours")
     p.add_argument("--worker", choices=["ours", "hf"], help=argparse.SUPPRESS)  # one side's process
     p.add_argument("--models", type=Path, help=argparse.SUPPRESS)  # the worker's model files
     args = p.parse_args()
