@@ -27,9 +27,10 @@ from roberta.errors import UserError
 from roberta.options import INFERENCE_PRECISIONS
 
 TRAINING = ("auto", "fp32", "bf16", "fp16")
-# On a CPU, bf16 (and int8) pay for their casts only on wide enough matrix products: the CPU
-# recipe's 2 x 128 model pretrained 2.5x slower in bf16 than in fp32 on an AMX host, the base
-# shape (768) 1.7x faster, a 512-wide one 1.6x faster (docs/precision.md). Narrower models stay fp32.
+# On a CPU, bf16 (and int8) pay for their casts only on wide enough matrix products: on an AMX host
+# the CPU recipe's 2 x 128 model pretrained 2.5x slower in bf16 than in fp32 and the base shape (768)
+# 1.7x faster (docs/precision.md); issue #48's figures from another such host had a 512-wide model
+# 1.6x faster. Narrower models stay fp32.
 MIN_CPU_WIDTH = 512
 INFERENCE = INFERENCE_PRECISIONS
 ENVIRONMENT = "ROBERTA_PRECISION"

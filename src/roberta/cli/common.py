@@ -146,6 +146,7 @@ def load_hub(args: argparse.Namespace):
         raise UserError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
     device = check_device(args.device)  # before the minutes a large checkpoint takes to read
     requested = "int8" if args.int8 else args.precision
+    # Checked before the checkpoint is read; what `auto` becomes also needs the model's width (below).
     precision = inference_precision(args.precision, args.int8, device)
     if precision == "int8":
         from roberta.int8 import require_cpu
