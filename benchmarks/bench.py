@@ -324,7 +324,7 @@ def main() -> None:
     started = time.perf_counter()
     now = datetime.datetime.now(datetime.UTC)
     date = now.strftime("%Y-%m-%d %H:%M UTC")
-    from roberta.precision import cpu_units
+    from roberta.runtime.precision import cpu_units
 
     jobs = PLANS[plan] + (BF16_JOBS if plan != "smoke" and cpu_units().native_bf16 else [])
     precisions = sorted({job.precision for job in jobs})

@@ -44,8 +44,8 @@ import torch.nn.functional as F
 import transformers
 
 from roberta import Roberta, RobertaConfig, RobertaModel
-from roberta.batching import length_batches
 from roberta.convert import export_hf
+from roberta.runtime.batching import length_batches
 from roberta.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def onnx_sessions(hf_dir: Path, tokenizer, config: RobertaConfig, threads: int) 
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
 
-    from roberta.onnx_model import session
+    from roberta.runtime.onnx_model import session
 
     started = time.perf_counter()
     # Eager attention: the graph ORT's optimizer recognizes and fuses into its Attention kernel.

@@ -202,7 +202,7 @@ def thread_env(threads: int) -> dict[str, str]:
     return {
         "THP_MEM_ALLOC_ENABLE": "1",
         # `auto` is bf16 on a CPU with AMX: a benchmark's fp32 rows stay fp32 on every machine, and its
-        # bf16 rows ask for bf16 by name (roberta.precision).
+        # bf16 rows ask for bf16 by name (roberta.runtime.precision).
         "ROBERTA_PRECISION": "fp32",
         **os.environ,
         "OMP_NUM_THREADS": str(threads),
@@ -217,7 +217,7 @@ def peak_matmul_flops(threads: int, precision: str = "fp32") -> float:
     by call overhead."""
     import torch
 
-    from roberta.precision import compute_dtype
+    from roberta.runtime.precision import compute_dtype
     from roberta.train.metrics import measured_matmul_flops
 
     torch.set_num_threads(threads)
@@ -270,7 +270,7 @@ def machine() -> str:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     with open("/proc/meminfo") as f:
         mem_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
-    from roberta.precision import cpu_units
+    from roberta.runtime.precision import cpu_units
 
     units = ", ".join(cpu_units().names())
     return f"{cpu}, {len(os.sched_getaffinity(0))} cores, {mem_kb / 2**20:.0f} GiB, bf16/int8 units: {units}"

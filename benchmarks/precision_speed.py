@@ -35,7 +35,7 @@ PRECISIONS = ("fp32", "bf16")
 def gflops(precision: str, size: int) -> float:
     import torch
 
-    from roberta.precision import compute_dtype
+    from roberta.runtime.precision import compute_dtype
 
     a = torch.randn(size, size).to(compute_dtype(precision))
     a @ a

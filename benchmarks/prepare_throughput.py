@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--big-gb", type=float, default=2.0, help="size of the repeated corpus (0: skip)")
     args = parser.parse_args()
 
-    from roberta.text_input import expand_inputs
+    from roberta.inputs.text import expand_inputs
 
     files = expand_inputs([DATA / "corpus"])
     size = sum(p.stat().st_size for p in files)

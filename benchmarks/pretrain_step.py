@@ -36,7 +36,7 @@ import torch
 import harness
 from roberta.config import RobertaConfig
 from roberta.data.masking import IGNORE_INDEX
-from roberta.precision import autocast
+from roberta.runtime.precision import autocast
 from roberta.tasks.pretrain import mlm_loss
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer

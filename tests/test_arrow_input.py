@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_fixtures import make_documents, prepare_killed_then_resumed, write_byte_tokenizer
-from roberta.arrow_input import record_batches
 from roberta.cli import main
 from roberta.data.prepare import prepare
 from roberta.errors import UserError
+from roberta.inputs.arrow import record_batches
 from roberta.tasks.classify import read_labelled_file
 from roberta.tokenizer import train_tokenizer
 

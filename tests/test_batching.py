@@ -1,4 +1,4 @@
-"""Batches by length (`roberta.batching`): fine-tuning's resumable training batches, held-out and
+"""Batches by length (`roberta.runtime.batching`): fine-tuning's resumable training batches, held-out and
 hub batches sorted longest first, and the one pad."""
 
 import itertools
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from roberta.batching import MEGA_BATCH, LengthBatches, length_batches, pad, sorted_batches
 from roberta.errors import UserError
+from roberta.runtime.batching import MEGA_BATCH, LengthBatches, length_batches, pad, sorted_batches
 
 
 def test_training_batches_cover_each_epoch_and_resume_from_any_position():

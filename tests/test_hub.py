@@ -12,13 +12,13 @@ import torch.nn.functional as F
 
 import roberta
 from roberta import Roberta, RobertaConfig, RobertaModel, UserError, cli
-from roberta.batching import length_batches, pad
 from roberta.checkpoint import save
 from roberta.convert import export_fairseq, export_hf
-from roberta.infer import embed_file
+from roberta.hub.files import embed_file
 from roberta.model import SpanHead
 from roberta.padding import Layout
 from roberta.qa.windows import answer_windows
+from roberta.runtime.batching import length_batches, pad
 from roberta.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread

@@ -20,9 +20,9 @@ from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 
 from roberta import Roberta, RobertaConfig, UserError, cli
 from roberta.checkpoint import save
-from roberta.infer import predict_test_file
-from roberta.int8 import first_batch, quantize_linears
+from roberta.hub.files import predict_test_file
 from roberta.model import RobertaModel, SpanHead
+from roberta.runtime.int8 import first_batch, quantize_linears
 from roberta.tasks.glue import get_task
 from test_hub import ANSWERS, predict_cli, trained_hub
 from test_hub import MICRO as HUB_MICRO

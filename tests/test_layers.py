@@ -11,37 +11,48 @@ LAYERS = {
     "roberta.errors": 0,
     "roberta.io": 0,
     "roberta.config": 0,
-    "roberta.text_input": 0,
-    "roberta.arrow_input": 0,
+    "roberta.inputs": 0,
     "roberta.validation": 0,
     "roberta.options": 0,
     "roberta.model": 1,
-    "roberta.precision": 1,
     "roberta.padding": 1,
     "roberta.tokenizer": 1,
-    "roberta.wordpiece": 1,
     "roberta.checkpoint": 2,
     "roberta.data": 2,
-    "roberta.int8": 2,
-    "roberta.batching": 2,
-    "roberta.onnx_model": 2,
+    "roberta.runtime": 2,
     "roberta.qa": 2,
     "roberta.tagging": 2,
     "roberta.convert": 3,
-    "roberta.onnx_export": 3,
     "roberta.train": 4,
     "roberta.tasks": 5,
     "roberta.hub": 6,
-    "roberta.infer": 6,
     "roberta.demo": 6,
-    "roberta.probe": 6,
+    "roberta.evaluation": 6,
     "roberta.serve": 6,
-    "roberta.sts": 6,
     "roberta.cli": 7,
+}
+# The old paths of moved modules, kept importable for users (each is its new module under its old
+# name), in the layer of the module it now is.
+SHIMS = {
+    "roberta.text_input": "roberta.inputs.text",
+    "roberta.arrow_input": "roberta.inputs.arrow",
+    "roberta.precision": "roberta.runtime.precision",
+    "roberta.int8": "roberta.runtime.int8",
+    "roberta.batching": "roberta.runtime.batching",
+    "roberta.onnx_model": "roberta.runtime.onnx_model",
+    "roberta.onnx_export": "roberta.convert.onnx",
+    "roberta.infer": "roberta.hub.files",
+    "roberta.sts": "roberta.evaluation.sts",
+    "roberta.probe": "roberta.evaluation.probe",
+    "roberta.wordpiece": "roberta.tokenizer.training",
+    "roberta.tasks.squad_data": "roberta.qa",
 }
 
 
 def layer_of(module: str) -> int | None:
+    for old, new in SHIMS.items():
+        if module == old or module.startswith(old + "."):
+            module = new + module[len(old) :]
     for prefix, layer in LAYERS.items():
         if module == prefix or module.startswith(prefix + "."):
             return layer

@@ -15,8 +15,15 @@ import torch
 from roberta import Roberta, UserError, cli
 from roberta.checkpoint import save
 from roberta.convert import export_hf
-from roberta.onnx_export import export_onnx, exported, ours, sample_batch
-from roberta.onnx_model import PADDING_SLACK, graph_inputs, length_groups, load_onnx, run_graph, session
+from roberta.convert.onnx import export_onnx, exported, ours, sample_batch
+from roberta.runtime.onnx_model import (
+    PADDING_SLACK,
+    graph_inputs,
+    length_groups,
+    load_onnx,
+    run_graph,
+    session,
+)
 from roberta.serve.server import ServeOptions, load_hub
 from serve_fixtures import Running, call, serving_hub
 

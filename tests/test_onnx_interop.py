@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from roberta import Roberta
-from roberta.batching import pad
 from roberta.convert.hf import write_hf_tokenizer
-from roberta.onnx_model import graph_file, graph_inputs, load_onnx, run_graph, session
+from roberta.runtime.batching import pad
+from roberta.runtime.onnx_model import graph_file, graph_inputs, load_onnx, run_graph, session
 from roberta.tokenizer.training import train_wordpiece
 from serve_fixtures import serving_hub
 from test_onnx_export import FILL, embedding_export

@@ -18,7 +18,7 @@ from data_fixtures import glue_slice, save_micro_checkpoint
 from process_fixtures import run_killed_and_resumed
 from roberta import load
 from roberta.errors import UserError
-from roberta.precision import CpuUnits, choose_precision, cpu_units, inference_precision
+from roberta.runtime.precision import CpuUnits, choose_precision, cpu_units, inference_precision
 from roberta.serve.server import ServeOptions, load_hub
 from serve_fixtures import Running, call
 

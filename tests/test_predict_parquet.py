@@ -10,7 +10,7 @@ import pytest
 from data_fixtures import save_micro_checkpoint
 from roberta.cli import main
 from roberta.hub import load
-from roberta.infer import embed_file, predict_file
+from roberta.hub.files import embed_file, predict_file
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models run fastest on one thread
 

@@ -11,9 +11,9 @@ import pytest
 
 import refusals
 from data_fixtures import glue_slice
-from roberta import probe as probe_module
 from roberta.cli import main
-from roberta.probe import task_score
+from roberta.evaluation import probe as probe_module
+from roberta.evaluation.probe import task_score
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

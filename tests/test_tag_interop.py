@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from roberta import Roberta, checkpoint
-from roberta.batching import pad
 from roberta.cli import main
-from roberta.onnx_model import load_onnx
+from roberta.runtime.batching import pad
+from roberta.runtime.onnx_model import load_onnx
 from serve_fixtures import Running, call, fetch
 from tag_fixtures import tagger_hub
 from test_onnx_interop import close, optimum, transformers_js

@@ -13,7 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from roberta import RobertaConfig, RobertaModel
-from roberta.precision import autocast
+from roberta.runtime.precision import autocast
 from roberta.train.config import OptimSection
 from roberta.train.optim import build_optimizer
 

@@ -114,7 +114,7 @@ def probe(args, run: Path, baseline: Path | None) -> dict:
 
 
 def spread(entry: dict, task: str) -> str:
-    from roberta.probe import task_score
+    from roberta.evaluation.probe import task_score
 
     scores = [task_score(f) for f in entry["tasks"][task].values()]
     scores = [s for s in scores if s is not None]

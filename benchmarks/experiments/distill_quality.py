@@ -34,7 +34,7 @@ import torch
 # harness.py, shared with the `make bench` scripts, lives one level up in benchmarks/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import DEFAULT_DATA, machine, versions  # noqa: E402
-from roberta.probe import RECIPE, task_score
+from roberta.evaluation.probe import RECIPE, task_score
 from roberta.tasks.glue import get_task
 
 ROOT = Path(__file__).resolve().parents[2]

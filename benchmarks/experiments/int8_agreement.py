@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import roberta
 from roberta.hub import DEFAULT_BATCH_TOKENS
-from roberta.int8 import embedding_agreement, prediction_agreement
+from roberta.runtime.int8 import embedding_agreement, prediction_agreement
 from roberta.tasks.classify import label_ids
 from roberta.tasks.glue import get_task, metrics, read_split
 

@@ -46,7 +46,7 @@ def hubs(paths: dict[str, Path]) -> dict:
     import torch
 
     from roberta import Roberta, load
-    from roberta.onnx_model import PADDING_SLACK, load_onnx
+    from roberta.runtime.onnx_model import PADDING_SLACK, load_onnx
 
     threads = torch.get_num_threads()
     onnx = Roberta(*load_onnx(paths["onnx"], threads=threads)).eval()
@@ -94,7 +94,7 @@ def batches(hub, texts: list[str], size: int, count: int) -> list[list[list[int]
 
 
 def time_batches(system: tuple, groups) -> float:
-    from roberta import onnx_model
+    from roberta.runtime import onnx_model
 
     hub, onnx_model.PADDING_SLACK = system
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Why a checkpoint does (not) beat its random init in `roberta probe`: three quick looks at one task.
 
 - `finetune`: the probe's fine-tuning of CKPT on TASK with another learning rate, epoch count or batch
-  size than `roberta.probe.RECIPE` (the probe itself never changes its recipe per checkpoint).
+  size than `roberta.evaluation.probe.RECIPE` (the probe itself never changes its recipe per checkpoint).
 - `linear`: a logistic regression on frozen mean-pooled features of each layer (0 = embeddings) of
   CKPT, trained on the probe's training examples of TASK and scored on its dev set: what the
   features hold before any fine-tuning moves them.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roberta import probe
+from roberta.evaluation import probe
 from roberta.tasks.glue import get_task
 
 ROOT = Path(__file__).resolve().parents[2]

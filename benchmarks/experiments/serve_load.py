@@ -86,7 +86,7 @@ def build_model(work: Path, preset: str, data: Path) -> dict[str, Path]:
     from roberta import RobertaConfig, RobertaModel
     from roberta.checkpoint import save
     from roberta.convert import export_hf
-    from roberta.onnx_export import export_onnx
+    from roberta.convert.onnx import export_onnx
     from roberta.tokenizer import load_tokenizer
 
     torch.manual_seed(0)

@@ -490,7 +490,7 @@ CASES = [
         "No space left on device",
         argv=lambda e: (
             embed(e, e.texts())
-            if fail_writes(e, "roberta.infer.open_memmap", errno.ENOSPC, e.work / "v.npy") is None
+            if fail_writes(e, "roberta.hub.files.open_memmap", errno.ENOSPC, e.work / "v.npy") is None
             else []
         ),
     ),

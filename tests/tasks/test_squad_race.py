@@ -12,21 +12,19 @@ import pytest
 
 from roberta.cli import main
 from roberta.errors import UserError
-from roberta.tasks.race import accuracy_by_level, encode_choices, read_race
-from roberta.tasks.squad_data import (
-    SquadExample,
-    choose_null_threshold,
-    decode,
+from roberta.qa.decode import choose_null_threshold, decode
+from roberta.qa.examples import SquadExample, read_squad
+from roberta.qa.metric import (
     evaluate_squad,
     exact_match,
     f1_v1,
     f1_v2,
-    make_windows,
     normalize_answer,
-    read_squad,
     squad_scores,
     write_predictions,
 )
+from roberta.qa.windows import make_windows
+from roberta.tasks.race import accuracy_by_level, encode_choices, read_race
 from roberta.tokenizer import load_tokenizer
 
 

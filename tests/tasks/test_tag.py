@@ -24,7 +24,7 @@ from roberta.tagging.predict import default_stride, piece_logits, tag_words, win
 from roberta.tasks.tag import continuing_labels
 from roberta.tasks.tag_data import read_tagged
 from roberta.tokenizer import load_tokenizer
-from roberta.wordpiece import train_wordpiece
+from roberta.tokenizer.training import train_wordpiece
 from tag_fixtures import LABELS, conll_files, tagger_hub
 
 pytestmark = pytest.mark.usefixtures("one_thread")

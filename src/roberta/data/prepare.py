@@ -29,11 +29,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from roberta.arrow_input import check_schema, is_records
 from roberta.data import corpus as layout
 from roberta.errors import UserError
-from roberta.io import publish_directory, write_json
-from roberta.text_input import (
+from roberta.inputs.arrow import check_schema, is_records
+from roberta.inputs.text import (
     Chunk,
     InputOptions,
     Position,
@@ -42,6 +41,7 @@ from roberta.text_input import (
     input_size,
     iter_chunks,
 )
+from roberta.io import publish_directory, write_json
 
 if TYPE_CHECKING:
     from roberta.tokenizer import Tokenizer

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from roberta.errors import UserError
-from roberta.precision import autocast
 from roberta.qa.examples import SquadExample
 from roberta.qa.predict import predict_windows
 from roberta.qa.windows import answer_windows, make_windows
+from roberta.runtime.precision import autocast
 
 if TYPE_CHECKING:
     from roberta.hub.interface import Roberta

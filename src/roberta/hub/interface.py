@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from roberta.batching import length_batches, pad
 from roberta.errors import UserError
 from roberta.hub.answer import answer
 from roberta.hub.fill_mask import check_fill_mask, fill_mask, mask_logits, masked_ids
@@ -29,7 +28,8 @@ from roberta.hub.inputs import TokenSeqs, as_fp32, check_ids, refuse_or_warn, se
 from roberta.hub.tag import tag
 from roberta.model import EMBEDDING_HEAD, POOLS, RobertaModel
 from roberta.model import pool as pooled
-from roberta.precision import INFERENCE, autocast, resolve
+from roberta.runtime.batching import length_batches, pad
+from roberta.runtime.precision import INFERENCE, autocast, resolve
 from roberta.tokenizer import Tokenizer
 
 # Padded tokens per batch: the fastest of 1024/2048/4096 in the embed benchmark
@@ -83,7 +83,7 @@ class Roberta(nn.Module):
     def use_precision(self, precision: str = "auto") -> Roberta:
         """Run every call in `precision`: fp32 (as loaded), bf16 (autocast: the weights stay fp32, the
         matrix products run in bf16; outputs come back fp32), int8 (`quantize`), or auto: bf16 on a
-        CPU with native bf16 units (AMX, AVX512-BF16) or a bf16 GPU, else fp32 (`roberta.precision`).
+        CPU with native bf16 units (AMX, AVX512-BF16) or a bf16 GPU, else fp32 (`roberta.runtime.precision`).
         Returns the hub."""
         if precision not in INFERENCE:
             raise UserError(f"precision {precision!r} unknown; choose one of {', '.join(INFERENCE)}")
@@ -105,7 +105,7 @@ class Roberta(nn.Module):
 
         Refused (UserError) off the CPU, or on weights that are not float32.
         """
-        from roberta.int8 import quantize_linears, require_cpu
+        from roberta.runtime.int8 import quantize_linears, require_cpu
 
         require_cpu(self.device)
         quantize_linears(self.model)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from roberta.errors import UserError
 from roberta.io import atomic_write
-from roberta.precision import autocast
+from roberta.runtime.precision import autocast
 from roberta.tagging.predict import tag_texts, tag_words
 
 

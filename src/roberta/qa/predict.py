@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from roberta.batching import cut, pad
 from roberta.qa.decode import Decoded, decode
 from roberta.qa.examples import SquadExample
 from roberta.qa.windows import SquadWindow
+from roberta.runtime.batching import cut, pad
 
 
 def window_logits(model, name: str, hidden, tokens, pad_id: int):

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from roberta.batching import length_batches
+from roberta.runtime.batching import length_batches
 
 # What the worker calls: (key, every item of the round's jobs with that key) -> one result per item.
 Run = Callable[[Hashable, list], Sequence]

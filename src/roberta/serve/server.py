@@ -18,7 +18,7 @@ import torch
 from roberta.errors import UserError
 from roberta.hub import Roberta, check_device, load
 from roberta.options import ServeOptions, check
-from roberta.precision import inference_precision, reason
+from roberta.runtime.precision import inference_precision, reason
 from roberta.serve import endpoints
 from roberta.serve.app import build_app, check_origins
 from roberta.serve.auth import accepted_keys
@@ -53,7 +53,7 @@ def load_hub(options: ServeOptions) -> Roberta:
     """The hub the server runs, in --precision: the checkpoint in torch (int8 after printing its
     agreement, bf16 by autocast), or the ONNX export's graphs behind the same hub calls."""
     if options.runtime == "onnx":
-        from roberta.onnx_model import load_onnx
+        from roberta.runtime.onnx_model import load_onnx
 
         if options.device != "cpu":
             raise UserError("--runtime onnx runs on the CPU (onnxruntime's CPU provider); drop --device")
@@ -67,15 +67,15 @@ def load_hub(options: ServeOptions) -> Roberta:
     else:
         device = check_device(options.device)
         if inference_precision(options.precision, options.int8, device) == "int8":  # asked for by name
-            from roberta.int8 import require_cpu
+            from roberta.runtime.int8 import require_cpu
 
             require_cpu(device)  # before the minutes a large checkpoint takes to read
         hub = load(options.checkpoint).to(device)
         width = hub.model.config.hidden_size
         precision = inference_precision(options.precision, options.int8, device, serving=True, width=width)
         if precision == "int8":
-            from roberta.infer import quantize_for_embed
-            from roberta.int8 import sample_ids
+            from roberta.hub.files import quantize_for_embed
+            from roberta.runtime.int8 import sample_ids
 
             # A server has no input of its own to compare on: the agreement is printed on sample text.
             quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, None)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from roberta.batching import length_batches, pad
+from roberta.runtime.batching import length_batches, pad
 from roberta.tagging.encoding import EncodedSentence, TagWindow, make_windows, sentence_rows
 
 DEFAULT_BATCH_TOKENS = 2048

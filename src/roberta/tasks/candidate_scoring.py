@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from roberta.batching import pad
 from roberta.checkpoint import require_lm_head
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.runtime.batching import pad
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, sequence_length
 from roberta.tasks.winograd_data import Schema
 from roberta.train.config import JobConfig

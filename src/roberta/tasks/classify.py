@@ -23,9 +23,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.runtime.batching import pad
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
 from roberta.tasks.rows import TYPED, read_records
 from roberta.train.config import JobConfig

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roberta.batching import pad, sorted_batches
 from roberta.errors import UserError
 from roberta.io import atomic_write, read_json, write_json
 from roberta.model import RobertaModel
+from roberta.runtime.batching import pad, sorted_batches
 from roberta.tasks.classify import (
     Example,
     SentenceTask,

@@ -38,14 +38,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roberta.batching import pad
 from roberta.errors import UserError
+from roberta.inputs.text import InputOptions, TrainingText
 from roberta.model import EMBEDDING_HEAD, RobertaModel
+from roberta.runtime.batching import pad
 from roberta.tasks.classify import parse_label
 from roberta.tasks.distill import cached_array
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, sequence_length
 from roberta.tasks.rows import read_records
-from roberta.text_input import InputOptions, TrainingText
 from roberta.train import distributed
 from roberta.train.config import JobConfig
 from roberta.train.objective import EXAMPLES, Batch, Objective

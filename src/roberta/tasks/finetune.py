@@ -37,10 +37,10 @@ import numpy as np
 import torch
 
 from roberta import checkpoint
-from roberta.batching import LengthBatches, sorted_batches
 from roberta.errors import UserError
 from roberta.io import read_json, write_json
 from roberta.model import RobertaModel, build_head
+from roberta.runtime.batching import LengthBatches, sorted_batches
 from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, ModelSection, load_job_config
 from roberta.train.metrics import training_flops_per_token

@@ -4,7 +4,7 @@ TSV is split at every tab with no quote processing, as GLUE's own readers do
 (`csv.reader(f, delimiter="\\t", quotechar=None)`): MRPC's strings open quotes they never
 close, and a quote-aware reader would swallow the lines after them. CSV is the quoted dialect
 spreadsheets write. Blank lines are not rows. A UTF-8 byte-order mark (MRPC has one) is dropped.
-Parquet and Arrow columns are read by name (`roberta.arrow_input`), rows numbered from 1 as lines
+Parquet and Arrow columns are read by name (`roberta.inputs.arrow`), rows numbered from 1 as lines
 are; their values keep their types, as JSONL's do.
 """
 
@@ -15,8 +15,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from roberta.arrow_input import RECORD_SUFFIXES, record_batches
 from roberta.errors import UserError
+from roberta.inputs.arrow import RECORD_SUFFIXES, record_batches
 from roberta.io import open_input
 
 FORMATS = (".csv", ".tsv", ".jsonl", *RECORD_SUFFIXES)

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.qa.decode import apply_null_threshold, choose_null_threshold, decode
@@ -21,6 +20,7 @@ from roberta.qa.examples import SquadExample, check_version, read_squad
 from roberta.qa.metric import squad_scores, write_predictions
 from roberta.qa.predict import predict_windows, window_logits
 from roberta.qa.windows import SquadWindow, make_windows
+from roberta.runtime.batching import pad
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
 from roberta.train import distributed
 from roberta.train.config import JobConfig

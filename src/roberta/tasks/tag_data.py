@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from roberta.arrow_input import RECORD_SUFFIXES
 from roberta.errors import UserError
+from roberta.inputs.arrow import RECORD_SUFFIXES
 from roberta.tasks.rows import read_lines, read_records
 
 SCHEMES = ("iob2", "iob1", "iobes", "none")

@@ -22,8 +22,8 @@ import tokenizers
 from tokenizers import models, pre_tokenizers, trainers
 
 from roberta.errors import UserError
+from roberta.inputs.text import InputOptions, TrainingText
 from roberta.io import atomic_directory
-from roberta.text_input import InputOptions, TrainingText
 from roberta.tokenizer.engines import BYTE_TO_CHAR, wordpiece_engine
 from roberta.tokenizer.loading import check_tokenizer_out
 from roberta.tokenizer.readers import BYTE_LEVEL_SPECIALS, WORDPIECE_SPECIALS

@@ -18,7 +18,7 @@ import torch
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.io import atomic_write
-from roberta.precision import compute_dtype
+from roberta.runtime.precision import compute_dtype
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"

@@ -1,4 +1,4 @@
-"""Training's precision: the autocast a job runs under (`roberta.precision`), and fp16's dynamic loss
+"""Training's precision: the autocast a job runs under (`roberta.runtime.precision`), and fp16's dynamic loss
 scaling.
 
 fp16 gradients underflow unless the loss is multiplied up before backward; too large a scale
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from roberta.precision import autocast, resolve
+from roberta.runtime.precision import autocast, resolve
 
 __all__ = ["LossScaler", "autocast", "resolve_precision"]
 
 
 def resolve_precision(requested: str, device: torch.device, width: int | None = None) -> str:
-    """`train.precision` as it runs here for a model `width` wide (`roberta.precision.resolve`:
+    """`train.precision` as it runs here for a model `width` wide (`roberta.runtime.precision.resolve`:
     `auto` is bf16 on a GPU or a CPU with native bf16 units, fp32 elsewhere)."""
     return resolve(requested, device, width=width)
 

@@ -31,8 +31,8 @@ from roberta import checkpoint
 from roberta.errors import UserError
 from roberta.io import write_json
 from roberta.model import RobertaModel
-from roberta.precision import compute_dtype
-from roberta.precision import reason as precision_reason
+from roberta.runtime.precision import compute_dtype
+from roberta.runtime.precision import reason as precision_reason
 from roberta.train import distributed, evaluation, run_state
 from roberta.train.config import JobConfig, budget
 from roberta.train.metrics import (
