@@ -21,6 +21,7 @@ LAYERS = {
     "roberta.data": 2,
     "roberta.runtime": 2,
     "roberta.qa": 2,
+    "roberta.similarity": 2,
     "roberta.tagging": 2,
     "roberta.convert": 3,
     "roberta.train": 4,
@@ -46,6 +47,7 @@ SHIMS = {
     "roberta.probe": "roberta.evaluation.probe",
     "roberta.wordpiece": "roberta.tokenizer.training",
     "roberta.tasks.squad_data": "roberta.qa",
+    "roberta.tasks.rows": "roberta.inputs.rows",
 }
 
 

@@ -30,7 +30,8 @@ from sentence_embeddings import teacher_dir  # noqa: E402
 from harness import DEFAULT_DATA, machine, versions  # noqa: E402
 from roberta.convert.sentence_transformers import SentenceEncoder  # noqa: E402
 from roberta.evaluation.sts import STS_COLUMNS, cosines  # noqa: E402
-from roberta.tasks.embed import read_pairs, sts_figures  # noqa: E402
+from roberta.similarity.metric import sts_figures  # noqa: E402
+from roberta.similarity.pairs import read_pairs  # noqa: E402
 from roberta.tasks.embed_student import token_embeddings, token_texts  # noqa: E402
 from roberta.tokenizer import load_tokenizer  # noqa: E402
 

@@ -18,7 +18,8 @@ from roberta import checkpoint
 from roberta.cli import main
 from roberta.hub import load
 from roberta.model import EMBEDDING_HEAD
-from roberta.tasks.embed import cosent, info_nce, regression, sts_figures
+from roberta.similarity.metric import sts_figures
+from roberta.tasks.embed import cosent, info_nce, regression
 from serve_fixtures import Running, call
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -272,7 +272,7 @@ def _sts_cosine(path: Path, examples: list) -> float | None:
     sentence encoder's own (its embedding head), else the mean-pooled features."""
     from roberta.evaluation.sts import cosines, hub_vectors
     from roberta.hub import load
-    from roberta.tasks.embed import sts_figures
+    from roberta.similarity.metric import sts_figures
 
     hub = load(path)
     texts = [e.text for e in examples] + [e.pair for e in examples]

@@ -18,7 +18,8 @@ import numpy as np
 
 from roberta.checkpoint import is_checkpoint
 from roberta.convert.sentence_transformers import SentenceEncoder, is_sentence_transformer
-from roberta.tasks.embed import Columns, read_pairs, sts_figures
+from roberta.similarity.metric import sts_figures
+from roberta.similarity.pairs import Columns, read_pairs
 
 STS_COLUMNS = Columns("sentence1", "sentence2", "score")  # GLUE's STS-B files
 

@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from roberta.errors import UserError
+from roberta.inputs.rows import TYPED, parse_number, read_records
 from roberta.model import RobertaModel
 from roberta.runtime.batching import pad
 from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
-from roberta.tasks.rows import TYPED, read_records
 from roberta.train.config import JobConfig
 from roberta.train.trainer import EXAMPLES, Batch, Objective
 
@@ -99,15 +99,7 @@ def parse_label(value: object, regression: bool, path: Path, line: int, column: 
     """A label as read from a file (a string, or a JSON value): a string for classification
     (a JSON number by its value: 1 and 1.0 are "1"), a finite float for regression."""
     if regression:
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            number = float(value)
-        except (TypeError, ValueError):
-            raise UserError(f"{path}:{line}: {column} {json.dumps(value)} is not a number") from None
-        if not math.isfinite(number):
-            raise UserError(f"{path}:{line}: {column} {json.dumps(value)} is not a finite number")
-        return number
+        return parse_number(value, path, line, column)
     if isinstance(value, str):
         label = value
     elif isinstance(value, bool):

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roberta.errors import UserError
+from roberta.inputs.rows import read_tsv, table_records
 from roberta.io import atomic_write
+from roberta.similarity.metric import MIN_PAIRS, pearson, spearman
 from roberta.tasks.classify import Example, Sentences, label_ids, parse_label
-from roberta.tasks.rows import read_tsv, table_records
 
 PREDICTION_HEADER = ["index", "prediction"]
 # A correlation of fewer pairs is not a number (scipy refuses one pair).
-MIN_EXAMPLES = {"pearson": 2, "spearman": 2}
+MIN_EXAMPLES = {"pearson": MIN_PAIRS, "spearman": MIN_PAIRS}
 
 
 @dataclass(frozen=True)
@@ -162,18 +163,14 @@ def read_task_dir(task: GlueTask, directory: str | Path) -> tuple[list[Example],
 def _metric_functions() -> dict[str, Callable[[list, list], float]]:
     """Each metric as f(predictions, labels)."""
     # Imported on use: scikit-learn and scipy take a second to load, and most verbs need neither.
-    from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
-    def correlation(name: str, f: Callable) -> Callable[[list, list], float]:
-        return lambda p, y: f(p, y)[0] if len(p) >= MIN_EXAMPLES[name] else math.nan
 
     return {
         "accuracy": lambda p, y: accuracy_score(y, p),
         "f1": lambda p, y: f1_score(y, p, zero_division=0.0),
         "mcc": lambda p, y: matthews_corrcoef(y, p),
-        "pearson": correlation("pearson", pearsonr),
-        "spearman": correlation("spearman", spearmanr),
+        "pearson": pearson,
+        "spearman": spearman,
     }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from roberta.errors import UserError
 from roberta.inputs.arrow import RECORD_SUFFIXES
-from roberta.tasks.rows import read_lines, read_records
+from roberta.inputs.rows import read_lines, read_records
 
 SCHEMES = ("iob2", "iob1", "iobes", "none")
 # The prefixes each scheme's tags may carry ("none": tags are plain labels, parts of speech say).

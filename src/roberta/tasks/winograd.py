@@ -146,7 +146,7 @@ def predict_wnli(roberta, input: str | Path, out: str | Path) -> int:
 
 
 def _indices(path: str | Path) -> list[str]:
-    from roberta.tasks.rows import read_tsv, table_records
+    from roberta.inputs.rows import read_tsv, table_records
 
     return [r["index"] for _, r in table_records(Path(path), read_tsv(Path(path)), ["index"])]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roberta.errors import UserError
+from roberta.inputs.rows import read_records
 from roberta.tasks.noun_phrases import PRONOUNS, bare, candidates_for, join_words
-from roberta.tasks.rows import read_records
 
 WINDOW = 3  # words either side of a span's index where its text is looked for
 WSC273 = 273  # the first 273 schemas of the collection are WSC273
@@ -264,7 +264,7 @@ def read_wnli(path: str | Path, labelled: bool) -> tuple[list[Schema], list[tupl
     """GLUE WNLI's TSV (index, sentence1, sentence2[, label]) as schemas (`align_wnli`: the query is
     the candidate sentence2 puts in the pronoun's place, the others sentence1's noun phrases), and
     the (index, label) of the pairs no pronoun explains (sentence2 a paraphrase: not scored)."""
-    from roberta.tasks.rows import read_tsv, table_records
+    from roberta.inputs.rows import read_tsv, table_records
 
     path = Path(path)
     columns = ["index", "sentence1", "sentence2", *(["label"] if labelled else [])]
