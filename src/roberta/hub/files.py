@@ -6,20 +6,18 @@ the same output whichever file held them. Each chunk is encoded, sorted by lengt
 run, and written in input order, so a file larger than memory goes through in bounded space.
 Outputs are written under a temporary name and renamed into place only when complete. With `int8`,
 the hub is quantized once the first chunk is encoded, after its first batch has run in fp32, so the
-agreement line printed to stderr is measured on the input itself (`quantize_for_*`, which every
-verb's `--int8` uses: the hub's calls, quantized by `int8.py` below). `predict_test_file` writes a
-GLUE leaderboard file from a test TSV.
+agreement line printed to stderr is measured on the input itself (`roberta.runtime.int8`'s
+`quantize_for_*`, which every verb's `--int8` uses). `predict_test_file` writes a GLUE
+leaderboard file from a test TSV.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
-import torch
 from numpy.lib.format import open_memmap
 from tqdm import tqdm
 
@@ -27,7 +25,12 @@ from roberta.errors import UserError
 from roberta.hub import Roberta, TooLongError
 from roberta.inputs.arrow import count_rows, is_records, record_batches
 from roberta.io import atomic_write, make_parent, open_input, publish, temporary_path
-from roberta.runtime.int8 import embedding_agreement, first_batch, prediction_agreement, require_cpu
+from roberta.runtime.int8 import (  # noqa: F401  (roberta.infer's names)
+    quantize_compared,
+    quantize_for_embed,
+    quantize_for_fill_mask,
+    quantize_for_predict,
+)
 
 if TYPE_CHECKING:
     from roberta.tasks.glue import GlueTask
@@ -304,48 +307,6 @@ def _prediction_row(logits, labels: tuple[str, ...] = ()) -> str:
     probs = logits.softmax(dim=-1)
     best = int(probs.argmax())
     return "\t".join([labels[best] if labels else str(best), *(f"{p:.6g}" for p in probs.tolist())]) + "\n"
-
-
-# `--int8` for each verb: the verb's own call on the first batch of its input, before and after.
-# Here, beside the hub whose calls it runs; `int8.py` below holds what it does to the model.
-
-
-def quantize_compared(
-    roberta,
-    sample: Sequence,
-    run: Callable[[Sequence], torch.Tensor],
-    agreement: Callable[[torch.Tensor, torch.Tensor], str],
-) -> str:
-    """Quantize the hub `roberta` in place, running `run(sample)` before and after; returns, and
-    prints to stderr, one line saying how far int8 moved the outputs (`agreement(fp32, int8)`)."""
-    require_cpu(roberta.device)
-    fp32 = run(sample)
-    roberta.quantize()
-    line = f"int8 vs fp32 on the first {len(sample)} input(s): {agreement(fp32, run(sample))}"
-    tqdm.write(line, file=sys.stderr)  # above a progress bar, if one is drawn
-    return line
-
-
-def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str | None) -> str:
-    return quantize_compared(
-        roberta,
-        first_batch(ids, roberta.batch_tokens),
-        lambda sample: roberta.embed(sample, layer, pool),
-        embedding_agreement,
-    )
-
-
-def quantize_for_predict(roberta, head: str, ids: Sequence) -> str:
-    return quantize_compared(
-        roberta,
-        first_batch(ids, roberta.batch_tokens),
-        lambda sample: roberta.predict(head, sample, return_logits=True),
-        prediction_agreement,
-    )
-
-
-def quantize_for_fill_mask(roberta, text: str) -> str:
-    return quantize_compared(roberta, [text], roberta.mask_logits, prediction_agreement)
 
 
 def predict_test_file(

@@ -105,10 +105,9 @@ class Roberta(nn.Module):
 
         Refused (UserError) off the CPU, or on weights that are not float32.
         """
-        from roberta.runtime.int8 import quantize_linears, require_cpu
+        from roberta.runtime.int8 import quantize_model
 
-        require_cpu(self.device)
-        quantize_linears(self.model)
+        quantize_model(self.model, self.device)
         self.precision = "int8"
         return self.eval()
 

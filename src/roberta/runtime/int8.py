@@ -1,5 +1,7 @@
-"""int8 for CPU serving: dynamic quantization of a model's Linear layers, applied from outside the
-model (as the trainer applies DDP), and how far it moves the outputs from fp32.
+"""int8 for CPU inference, all of it: dynamic quantization of a model's Linear layers, applied from
+outside the model (as the trainer applies DDP) by `Roberta.quantize`, and how far it moves the
+outputs from fp32, measured by each verb's `--int8` (`quantize_for_*`: the embed, predict and
+fill-mask verbs on their input's first batch, `serve --int8` on `SAMPLE_TEXTS`).
 
 Dynamic quantization stores each `nn.Linear` weight as int8 and quantizes its input at each
 call (one scale per call, so a result depends slightly on what else shares its batch); the
@@ -17,13 +19,15 @@ agreed with the fp32 model no better (59 of 64 with it int8, 60 with it fp32).
 
 from __future__ import annotations
 
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+from tqdm import tqdm
 
 from roberta.errors import UserError
 
@@ -44,6 +48,13 @@ def sample_ids(tokenizer, max_length: int) -> list[list[int]]:
         tokenizer.encode(text, *([pair] if pair else []), max_length=max_length)
         for text, pair in SAMPLE_TEXTS
     ]
+
+
+def quantize_model(model: nn.Module, device: torch.device) -> nn.Module:
+    """`model` (on `device`) quantized in place for CPU inference: refused off the CPU, or on
+    weights that are not float32 (what `Roberta.quantize` runs)."""
+    require_cpu(device)
+    return quantize_linears(model)
 
 
 def require_cpu(device: torch.device) -> None:
@@ -98,3 +109,46 @@ def prediction_agreement(fp32: torch.Tensor, int8: torch.Tensor) -> str:
         return difference
     same = int(fp32.argmax(-1).eq(int8.argmax(-1)).sum())
     return f"top-1 agrees on {same}/{len(fp32)} ({same / len(fp32):.1%}), {difference}"
+
+
+# `--int8` for each verb (and `serve --int8`): the verb's own hub call on the first batch of its
+# input, before and after. The hub is taken as it comes (any object with the calls), so this
+# layer-2 module imports no hub.
+
+
+def quantize_compared(
+    roberta,
+    sample: Sequence,
+    run: Callable[[Sequence], torch.Tensor],
+    agreement: Callable[[torch.Tensor, torch.Tensor], str],
+) -> str:
+    """Quantize the hub `roberta` in place, running `run(sample)` before and after; returns, and
+    prints to stderr, one line saying how far int8 moved the outputs (`agreement(fp32, int8)`)."""
+    require_cpu(roberta.device)
+    fp32 = run(sample)
+    roberta.quantize()
+    line = f"int8 vs fp32 on the first {len(sample)} input(s): {agreement(fp32, run(sample))}"
+    tqdm.write(line, file=sys.stderr)  # above a progress bar, if one is drawn
+    return line
+
+
+def quantize_for_embed(roberta, ids: Sequence, layer: int, pool: str | None) -> str:
+    return quantize_compared(
+        roberta,
+        first_batch(ids, roberta.batch_tokens),
+        lambda sample: roberta.embed(sample, layer, pool),
+        embedding_agreement,
+    )
+
+
+def quantize_for_predict(roberta, head: str, ids: Sequence) -> str:
+    return quantize_compared(
+        roberta,
+        first_batch(ids, roberta.batch_tokens),
+        lambda sample: roberta.predict(head, sample, return_logits=True),
+        prediction_agreement,
+    )
+
+
+def quantize_for_fill_mask(roberta, text: str) -> str:
+    return quantize_compared(roberta, [text], roberta.mask_logits, prediction_agreement)

@@ -74,8 +74,7 @@ def load_hub(options: ServeOptions) -> Roberta:
         width = hub.model.config.hidden_size
         precision = inference_precision(options.precision, options.int8, device, serving=True, width=width)
         if precision == "int8":
-            from roberta.hub.files import quantize_for_embed
-            from roberta.runtime.int8 import sample_ids
+            from roberta.runtime.int8 import quantize_for_embed, sample_ids
 
             # A server has no input of its own to compare on: the agreement is printed on sample text.
             quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, None)
