@@ -11,6 +11,8 @@ as `Dictionary.encode_line` reads it.
 readers.py    the vocabulary files of each format, read and checked
 engines.py    the `tokenizers` and `tiktoken` engines built on them; GPT-2's byte table
 layout.py     fairseq's `<s> A </s></s> B </s>` and truncation to a max_length
+formats.py    each vocabulary format read into a vocabulary and its engine (`Tokenizer.from_*`);
+              HF's tokenizer.json written
 tokenizer.py  `Tokenizer`: text <-> model ids, the vocabulary's roles, word starts, saving
 loading.py    `load_tokenizer`: the format a directory holds, checked against the other files there
 training.py   `train_tokenizer` (byte-level BPE) and `train_wordpiece`

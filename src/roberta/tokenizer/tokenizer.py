@@ -12,38 +12,21 @@ from typing import Literal
 
 import numpy as np
 import tokenizers
-from tokenizers import processors
 
 from roberta.errors import UserError
 from roberta.io import atomic_write
+from roberta.tokenizer import formats
 from roberta.tokenizer.engines import (
     BYTE_TO_CHAR,
     SPACE_MARKER,
     Engine,
-    byte_level_engine,
     cut_long_runs,
-    symbol_engine,
     tiktoken_encoding,
     tiktoken_ids,
     token_bytes,
-    wordpiece_engine,
 )
+from roberta.tokenizer.formats import BYTE_LEVEL
 from roberta.tokenizer.layout import Truncation, assemble
-from roberta.tokenizer.readers import (
-    VocabularyFiles,
-    read_gpt2,
-    read_hf,
-    read_saved_tokenizer_json,
-    read_symbol_dict,
-    read_wordpiece,
-)
-
-
-def _wordpiece_engine(read: VocabularyFiles) -> tokenizers.Tokenizer:
-    return wordpiece_engine(read.vocab, read.tokens[read.roles["unk"]], read.lowercase, read.strip_accents)
-
-
-BYTE_LEVEL = ("gpt2", "hf")  # the kinds whose engine runs GPT-2's regex first
 
 
 def _pieces(text: str, cuts: list[int]) -> list[str]:
@@ -127,70 +110,47 @@ class Tokenizer:
 
     @classmethod
     def from_gpt2(cls, encoder_json: str | Path, vocab_bpe: str | Path, dict_txt: str | Path) -> Tokenizer:
-        """GPT-2 BPE files + fairseq dict.txt, ids exactly as fairseq: <s> <pad> </s> <unk>, dict.txt,
-        <mask>."""
-        read = read_gpt2(Path(encoder_json), Path(vocab_bpe), Path(dict_txt))
-        return cls._on_engine("gpt2", read, byte_level_engine(read.vocab, read.merges))
+        """GPT-2 BPE files + fairseq dict.txt, ids exactly as fairseq (`formats.gpt2`)."""
+        return cls.from_vocabulary(formats.gpt2(encoder_json, vocab_bpe, dict_txt))
 
     @classmethod
     def from_hf(cls, vocab_json: str | Path, merges_txt: str | Path) -> Tokenizer:
-        """HF byte-level BPE files (RoBERTa's vocab.json + merges.txt); ids are vocab.json's."""
-        read = read_hf(Path(vocab_json), Path(merges_txt))
-        return cls._on_engine("hf", read, byte_level_engine(read.vocab, read.merges))
+        """HF byte-level BPE files, vocab.json + merges.txt (`formats.hf`)."""
+        return cls.from_vocabulary(formats.hf(vocab_json, merges_txt))
 
     @classmethod
     def from_tokenizer_json(cls, tokenizer_json: str | Path) -> Tokenizer:
-        """The tokenizer.json that transformers 5.x saves alone: RoBERTa's byte-level BPE or BERT's
-        WordPiece, ids as its model.vocab (and added_tokens) give them."""
-        kind, read = read_saved_tokenizer_json(Path(tokenizer_json))
-        wordpiece = kind == "wordpiece"
-        engine = _wordpiece_engine(read) if wordpiece else byte_level_engine(read.vocab, read.merges)
-        return cls._on_engine(kind, read, engine)
+        """The tokenizer.json that transformers 5.x saves alone (`formats.tokenizer_json`)."""
+        return cls.from_vocabulary(formats.tokenizer_json(tokenizer_json))
 
     @classmethod
     def from_fairseq_dict(cls, dict_txt: str | Path) -> Tokenizer:
-        """A fairseq dict.txt of plain symbols (no BPE), ids as fairseq's Dictionary gives them:
-        <s> <pad> </s> <unk>, dict.txt's symbols, <mask>.
-
-        Text is split as fairseq's `Dictionary.encode_line` splits it, at whitespace, a word
-        outside the dictionary being <unk>. When every symbol is one character (protein and
-        character models), each character is a symbol, so "EVQL" reads as "E V Q L" does (how
-        sapiens encodes a sequence); the special symbols written out (<mask>) stay whole.
-        """
-        read = read_symbol_dict(Path(dict_txt))
-        engine, joiner = symbol_engine(read.vocab)
-        return cls._on_engine("symbols", read, engine, joiner)
+        """A fairseq dict.txt of plain symbols, no BPE (`formats.fairseq_dict`)."""
+        return cls.from_vocabulary(formats.fairseq_dict(dict_txt))
 
     @classmethod
     def from_wordpiece(
         cls, vocab_txt: str | Path, lowercase: bool | None = None, strip_accents: bool | None = None
     ) -> Tokenizer:
-        """BERT WordPiece vocab.txt; roles from [CLS] [SEP] [PAD] [UNK] [MASK] or <s> ....
-
-        Case and accents as the tokenizer_config.json beside it records them (`do_lower_case`,
-        `strip_accents`; without one: cased, accents kept), or as given; a value given that the
-        file contradicts is refused, since the vocabulary was built for the file's choice.
-        `strip_accents=None` follows `lowercase`, as in BERT."""
-        read = read_wordpiece(Path(vocab_txt), lowercase, strip_accents)
-        return cls._on_engine("wordpiece", read, _wordpiece_engine(read))
+        """BERT WordPiece vocab.txt, case and accents as recorded beside it (`formats.wordpiece`)."""
+        return cls.from_vocabulary(formats.wordpiece(vocab_txt, lowercase, strip_accents))
 
     @classmethod
-    def _on_engine(
-        cls, kind: str, read: VocabularyFiles, engine: tokenizers.Tokenizer, joiner: str = " "
-    ) -> Tokenizer:
-        """The tokenizer of the vocabulary `read` from its files, encoding with `engine`."""
+    def from_vocabulary(cls, vocabulary: formats.Vocabulary) -> Tokenizer:
+        """The tokenizer of a vocabulary read from its files, encoding with its engine."""
+        read = vocabulary.read
         return cls(
-            kind,
+            vocabulary.kind,
             read.tokens,
             read.roles,
-            engine,
+            vocabulary.engine,
             read.vocab,
             read.files,
             reference_to_model=read.engine_to_model,
             merges=read.merges,
             lowercase=read.lowercase,
             strip_accents=read.strip_accents,
-            joiner=joiner,
+            joiner=vocabulary.joiner,
         )
 
     # ---- vocabulary
@@ -226,33 +186,9 @@ class Tokenizer:
         return list(self._merges)
 
     def hf_tokenizer_json(self) -> str:
-        """This tokenizer as an HF tokenizer.json in model ids, the one file transformers.js (and
-        any `tokenizers` user) reads: the same engine, the special tokens matched whole in text
-        (`<mask>` taking the space before it, as RoBERTa's does in byte-level BPE) and fairseq's
-        `<s> A </s></s> B </s>` layout around the texts."""
-        byte_level = self.kind in ("gpt2", "hf")
-        if byte_level:  # a GPT-2 engine runs in encoder.json's ids: rebuilt in the model's
-            engine = byte_level_engine(self._token_ids, list(self._merges))
-        else:
-            engine = tokenizers.Tokenizer.from_str(self._reference.to_str())
-        engine.add_special_tokens(
-            [
-                tokenizers.AddedToken(
-                    self._tokens[i], special=True, normalized=False, lstrip=byte_level and role == "mask"
-                )
-                for role, i in sorted(self._roles.items(), key=lambda item: item[1])
-            ]
-        )
-        bos, eos = (self._tokens[self.bos_id], self.bos_id), (self._tokens[self.eos_id], self.eos_id)
-        if self.kind == "wordpiece":
-            engine.post_processor = processors.TemplateProcessing(
-                single=f"{bos[0]} $A {eos[0]}",
-                pair=f"{bos[0]} $A {eos[0]} {eos[0]} $B {eos[0]}",
-                special_tokens=[bos, eos],
-            )
-        else:
-            engine.post_processor = processors.RobertaProcessing(eos, bos, trim_offsets=byte_level)
-        return engine.to_str()
+        """This tokenizer as an HF tokenizer.json in model ids, the one file transformers.js reads
+        (`formats.hf_tokenizer_json`)."""
+        return formats.hf_tokenizer_json(self.kind, self._tokens, self._roles, self._merges, self._reference)
 
     def id_to_token(self, i: int) -> str:
         return self._tokens[i]
