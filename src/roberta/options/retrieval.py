@@ -1,0 +1,62 @@
+"""The options of issue #47: `evaluate retrieval`, and the levers `distill embed` takes to make a
+student that retrieves (its pairs and the teacher's in-batch similarity structure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roberta.options.declare import model_option, option
+from roberta.options.inference import POOLS
+
+# The lever's defaults, which `tasks.embed_distill.Similarity` takes from here.
+SIMILARITY_WEIGHT = 0.0
+SIMILARITY_TEMPERATURE = 0.05  # all-MiniLM-L6-v2's own training scale of 20
+
+
+@dataclass(frozen=True)
+class EvaluateRetrievalOptions:
+    model: str = model_option("our checkpoint, an HF or fairseq one, or a sentence-transformers directory")
+    corpus: str = option(
+        None, "passages, JSONL: _id, title, text (BEIR's corpus.jsonl)", required=True, metavar="FILE"
+    )
+    queries: str = option(
+        None, "queries, JSONL: _id, text (BEIR's queries.jsonl)", required=True, metavar="FILE"
+    )
+    qrels: str = option(
+        None,
+        "judgements, TSV with a header: query-id, corpus-id, score (BEIR's qrels/*.tsv; score > 0 relevant)",
+        required=True,
+        metavar="FILE",
+    )
+    pool: str | None = option(None, "our checkpoints: pool the last layer this way")
+    drop_unjudged: bool = option(
+        False, "leave out, with a warning, the queries without a relevant judgement (default: refuse them)"
+    )
+    no_progress: bool = option(False, "no progress bar")
+
+    CHOICES = {"pool": POOLS}
+
+
+@dataclass(frozen=True)
+class DistillLeverOptions:
+    """`distill embed`'s pairs (instead of --text) and the teacher's similarity structure."""
+
+    pairs: str | None = option(
+        None,
+        "pairs of texts to distill (instead of --text), e.g. pseudo-queries and their passages: both "
+        "texts learn the teacher's vectors",
+        metavar="FILE",
+    )
+    text_column: str = option("sentence1", "--pairs: column of the first text (default {default})")
+    pair_column: str = option("sentence2", "--pairs: column of the second text (default {default})")
+    similarity_weight: float = option(
+        SIMILARITY_WEIGHT,
+        "weight of the teacher's in-batch similarity structure beside its vectors: KL between the "
+        "teacher's and the student's softmax over each text's cosines with the batch's others "
+        "(default {default:g}: off)",
+    )
+    similarity_temperature: float = option(
+        SIMILARITY_TEMPERATURE, "temperature of that softmax (default {default:g}, the teacher's own)"
+    )
+
+    RANGES = {"similarity_weight": ">=0", "similarity_temperature": ">0"}
