@@ -30,7 +30,7 @@ from starlette.routing import Route
 from roberta.errors import UserError
 from roberta.hub import Roberta
 from roberta.options import ServeOptions
-from roberta.serve import endpoints, openapi
+from roberta.serve import endpoints, openapi, shapes
 from roberta.serve.auth import RequireKey
 from roberta.serve.batcher import Batcher, QueueFull
 from roberta.serve.endpoints import Refused
@@ -122,11 +122,11 @@ async def _on_error(request: Request, e: Exception) -> JSONResponse:
 def _endpoint(hub: Roberta, batcher: Batcher, options: ServeOptions, path: str, parse, respond) -> Callable:
     """A POST endpoint: `parse` the body into the batcher's job, `respond` with its results. A field
     that `path`'s schema does not name is refused, never ignored."""
-    fields = tuple(openapi.REQUESTS[path]["properties"])
+    fields = tuple(shapes.REQUESTS[path])
 
     def check(body: bytes) -> endpoints.Parsed:
         request = json_object(body)
-        endpoints.check_fields(request, fields, path)
+        shapes.check_fields(request, path)
         return parse(hub, request, options)
 
     async def handle(request: Request) -> Response:

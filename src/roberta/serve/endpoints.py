@@ -1,6 +1,7 @@
-"""What each JSON endpoint reads, how its requests run together, and what it answers.
+"""How each JSON endpoint's requests are read, run together, and answered.
 
-`parse_*` checks one request's body on its own (a UserError names the field) and encodes it, so
+`parse_*` checks one request's body on its own, each field as `shapes.REQUESTS` declares it (a
+UserError names the field), and encodes it, so
 a bad request is refused before it joins a batch and never fails the requests batched with it.
 A request asking for more than the server's bounds (`ServeOptions.max_items`,
 `max_request_tokens`, `max_answers`) is refused with 413 naming the bound, before it is encoded
@@ -12,7 +13,7 @@ rounding.
 from __future__ import annotations
 
 import base64
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch
 from roberta.errors import UserError
 from roberta.hub import Roberta
 from roberta.options import ServeOptions
+from roberta.serve.shapes import read, text_value
 
 
 class Refused(Exception):
@@ -55,44 +57,12 @@ def _bounded(parsed: Parsed, options: ServeOptions) -> Parsed:
     return parsed
 
 
-def _text_value(value: str, name: str) -> str:
-    """`value` if it is text that can be encoded: JSON can spell a lone surrogate (\\ud800), which is
-    no character and no tokenizer takes."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise UserError(
-            f"field {name}: not valid Unicode text (a lone surrogate at character {e.start})"
-        ) from None
-    return value
-
-
-def _field(body: dict, name: str, kind: type, default=None, required: bool = False):
-    if name not in body:
-        if required:
-            raise UserError(f"field {name!r} is required")
-        return default
-    value = body[name]
-    # bool is an int in Python; a JSON true is no layer or topk.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        expected = " or ".join(k.__name__ for k in kinds)
-        raise UserError(f"field {name!r}: expected {expected}, got {type(value).__name__}")
-    return _text_value(value, repr(name)) if isinstance(value, str) else value
-
-
-def check_fields(body: dict, fields: Collection[str], path: str) -> None:
-    """Every field of `body` one that `path` reads: a field it would ignore is refused, naming it."""
-    unknown = next((name for name in body if name not in fields), None)
-    if unknown is not None:
-        raise UserError(f"field {unknown[:40]!r}: {path} reads no such field (it reads {', '.join(fields)})")
-
-
-def _texts(body: dict, options: ServeOptions, name: str = "text", required: bool = True) -> list[str] | None:
-    """A string, or a non-empty list of at most `max_items` strings, as a list."""
-    if name not in body and not required:
+def _texts(body: dict, options: ServeOptions, path: str, name: str = "text") -> list[str] | None:
+    """A string, or a non-empty list of at most `max_items` strings, as a list (None: an optional
+    field left out)."""
+    value = read(body, path, name)
+    if value is None:
         return None
-    value = _field(body, name, (str, list), required=True)
     texts = [value] if isinstance(value, str) else value
     if not texts:
         raise UserError(f"field {name!r}: an empty list")
@@ -101,16 +71,16 @@ def _texts(body: dict, options: ServeOptions, name: str = "text", required: bool
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise UserError(f"field {name!r}[{i}]: expected str, got {type(text).__name__}")
-        _text_value(text, f"{name!r}[{i}]")
+        text_value(text, f"{name!r}[{i}]")
     return texts
 
 
-def _ids(hub: Roberta, body: dict, options: ServeOptions, name: str = "text") -> list[torch.Tensor]:
-    texts = _texts(body, options, name)
-    pairs = _texts(body, options, "pair", required=False)
+def _ids(hub: Roberta, body: dict, options: ServeOptions, path: str, name: str = "text") -> list:
+    texts = _texts(body, options, path, name)
+    pairs = _texts(body, options, path, "pair")
     if pairs is not None and len(pairs) != len(texts):
         raise UserError(f"field 'pair': {len(pairs)} pairs for {len(texts)} texts")
-    return hub.encode_batch(texts, pairs, truncate=_field(body, "truncate", bool, False))
+    return hub.encode_batch(texts, pairs, truncate=read(body, path, "truncate"))
 
 
 def _only_head(hub: Roberta, kind: str, fallback: str) -> str:
@@ -126,23 +96,22 @@ def _answer_rows(topk: int, items: int, options: ServeOptions) -> None:
 
 
 def parse_fill_mask(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
-    texts = _texts(body, options)
-    topk = _field(body, "topk", int, 5)
+    texts = _texts(body, options, "/fill-mask")
+    topk = read(body, "/fill-mask", "topk")
     hub.check_fill_mask(topk)
     _answer_rows(topk, len(texts), options)
     lengths = [len(hub.encode_masked(text)) for text in texts]
     return _bounded(Parsed(("fill-mask", topk), texts, lengths), options)
 
 
-def parse_embed(hub: Roberta, body: dict, options: ServeOptions, name: str = "text") -> Parsed:
+def parse_embed(
+    hub: Roberta, body: dict, options: ServeOptions, path: str = "/embed", name: str = "text"
+) -> Parsed:
     # No pool: the model's own sentence vector (a sentence encoder's pooling), else <s>.
-    layer, pool = _field(body, "layer", int, -1), _field(body, "pool", str, None)
+    layer, pool = read(body, path, "layer"), read(body, path, "pool")
     hub.check_embed(layer, pool)
-    ids = _ids(hub, body, options, name)
+    ids = _ids(hub, body, options, path, name)
     return _bounded(Parsed(("embed", layer, pool), ids, list(map(len, ids))), options)
-
-
-ENCODING_FORMATS = ("float", "base64")
 
 
 def parse_openai_embeddings(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
@@ -150,17 +119,16 @@ def parse_openai_embeddings(hub: Roberta, body: dict, options: ServeOptions) -> 
     numbered by OpenAI's tokenizer, not this model's), `model` any (one model is served), `user`
     kept by nobody, `encoding_format` float or base64, `dimensions` the first N components
     scaled to length 1, as OpenAI shortens its vectors."""
-    _field(body, "model", str), _field(body, "user", str)
-    encoding = _field(body, "encoding_format", str, "float")
-    if encoding not in ENCODING_FORMATS:
-        raise UserError(f"field 'encoding_format': {encoding[:40]!r}, give 'float' or 'base64'")
-    value = _field(body, "input", (str, list), required=True)
+    path = "/v1/embeddings"
+    read(body, path, "model"), read(body, path, "user")
+    encoding = read(body, path, "encoding_format")
+    value = read(body, path, "input")
     if isinstance(value, list) and any(isinstance(v, (int, list)) and not isinstance(v, bool) for v in value):
         raise UserError(
             "field 'input': token ids are not served (they are another tokenizer's numbers): send text"
         )
-    parsed = parse_embed(hub, body, options, "input")
-    dimensions = _field(body, "dimensions", int)
+    parsed = parse_embed(hub, body, options, path, "input")
+    dimensions = read(body, path, "dimensions")
     if dimensions is not None:
         width = hub.embed_width(*parsed.key[1:])
         if not 1 <= dimensions <= width:
@@ -171,26 +139,22 @@ def parse_openai_embeddings(hub: Roberta, body: dict, options: ServeOptions) -> 
 
 
 def parse_predict(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
-    head = _field(body, "head", str, _only_head(hub, "classification", ""))
+    head = read(body, "/predict", "head", _only_head(hub, "classification", ""))
     if not head:
         raise UserError("field 'head' is required: the checkpoint has several classification heads, or none")
     hub.head(head, "classification")
-    ids = _ids(hub, body, options)
+    ids = _ids(hub, body, options, "/predict")
     return _bounded(Parsed(("predict", head), ids, list(map(len, ids))), options)
 
 
 def parse_answer(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
-    question = _field(body, "question", str, required=True)
-    context = _field(body, "context", str, required=True)
+    question = read(body, "/answer", "question")
     if not question.strip():
         raise UserError("field 'question': empty")
-    if not context:
-        raise UserError("field 'context': empty")
-    topk = _field(body, "topk", int, 1)
-    if topk < 1:
-        raise UserError(f"field 'topk': {topk} out of range, give 1 or more")
+    context = read(body, "/answer", "context")
+    topk = read(body, "/answer", "topk")
     _answer_rows(topk, 1, options)
-    head = _field(body, "head", str, _only_head(hub, "span", "squad"))
+    head = read(body, "/answer", "head", _only_head(hub, "span", "squad"))
     hub.head(head, "span")
     tokens = len(hub.tokenizer.encode(question, context))
     return _bounded(Parsed(("answer", head, topk), [(question, context)], [tokens]), options)
@@ -199,8 +163,8 @@ def parse_answer(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
 def parse_tag(hub: Roberta, body: dict, options: ServeOptions) -> Parsed:
     """Texts to tag: a text longer than the model is read whole (in windows), so only the
     request's token bound limits it."""
-    texts = _texts(body, options)
-    head = _field(body, "head", str, _only_head(hub, "tagging", ""))
+    texts = _texts(body, options, "/tag")
+    head = read(body, "/tag", "head", _only_head(hub, "tagging", ""))
     if not head:
         raise UserError("field 'head' is required: the checkpoint has several tagging heads, or none")
     hub.head(head, "tagging")

@@ -1,8 +1,9 @@
 """`GET /openapi.json`: an OpenAPI 3.1 document of the served paths, written out as plain dicts.
 
-The request schemas say what `endpoints.parse_*` read (and refuse with 400 otherwise); the answer
-schemas what `endpoints` answer. The document lists the application's routes, and only them: a
-route without an operation here fails the application's construction, so the two cannot drift.
+The request schemas are written from `shapes.REQUESTS`, the declaration `endpoints.parse_*` read
+through (and refuse with 400 otherwise); the answer schemas say what `endpoints` answer. The
+document lists the application's routes, and only them: a route without an operation here fails
+the application's construction, so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from importlib.metadata import version
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from roberta.model import POOLS
 from roberta.options import RUNTIMES
+from roberta.serve import shapes
 from roberta.serve.auth import OPEN_PATHS
+from roberta.serve.shapes import BOOLEAN, INTEGER, NUMBER, STRING, request_schema
 
 
 def _object(properties: dict, required: tuple[str, ...] = (), **rest) -> dict:
@@ -30,14 +32,6 @@ def _array(items: dict, **rest) -> dict:
     return {"type": "array", "items": items, **rest}
 
 
-STRING, NUMBER, INTEGER, BOOLEAN = ({"type": t} for t in ("string", "number", "integer", "boolean"))
-TEXTS = {
-    "oneOf": [STRING, _array(STRING, minItems=1)],
-    "description": "a text, or a list of them (at most --max-items; all together at most "
-    "--max-request-tokens tokens)",
-}
-PAIR = {**TEXTS, "description": "each text's second segment: as many as `text`"}
-TRUNCATE = {**BOOLEAN, "default": False, "description": "cut a text past the model's positions (else 400)"}
 VECTORS = _array(_array(NUMBER), description="one vector per text, in order")
 
 ERROR = _object(
@@ -45,90 +39,8 @@ ERROR = _object(
     ("error",),
 )
 
-EMBED = _object(
-    {
-        "text": TEXTS,
-        "pair": PAIR,
-        "layer": {**INTEGER, "default": -1, "description": "0: the embeddings, 1..L a layer, -1 the last"},
-        "pool": {
-            **STRING,
-            "enum": list(POOLS),
-            "description": "<s>'s vector or the mean over tokens (default: a sentence encoder's own "
-            "pooling, else cls)",
-        },
-        "truncate": TRUNCATE,
-    },
-    ("text",),
-)
-
-# A request's fields are these and no others: a field the server does not read is refused (400
-# naming it), never ignored (`endpoints.check_fields`).
-REQUESTS = {
-    "/fill-mask": _object(
-        {
-            "text": {**TEXTS, "description": "texts holding exactly one <mask> each"},
-            "topk": {
-                **INTEGER,
-                "minimum": 1,
-                "default": 5,
-                "description": "fillings per text (--max-answers)",
-            },
-        },
-        ("text",),
-    ),
-    "/embed": EMBED,
-    "/v1/embeddings": _object(
-        {
-            "input": TEXTS,
-            "model": {**STRING, "description": "any: the server serves one model, named in the answer"},
-            "encoding_format": {
-                **STRING,
-                "enum": ["float", "base64"],
-                "default": "float",
-                "description": "base64: each vector's float32 values, little-endian, as OpenAI sends them",
-            },
-            "dimensions": {
-                **INTEGER,
-                "minimum": 1,
-                "description": "the first N components, scaled to length 1 (at most the vector's width)",
-            },
-            "user": {
-                **STRING,
-                "description": "the end user, for the client's records: answers do not depend on it",
-            },
-            **{name: EMBED["properties"][name] for name in ("pair", "layer", "pool", "truncate")},
-        },
-        ("input",),
-    ),
-    "/predict": _object(
-        {
-            "text": TEXTS,
-            "pair": PAIR,
-            "head": {**STRING, "description": "a classification head (may be left out when there is one)"},
-            "truncate": TRUNCATE,
-        },
-        ("text",),
-    ),
-    "/answer": _object(
-        {
-            "question": {**STRING, "minLength": 1},
-            "context": {**STRING, "minLength": 1, "description": "the passage to find the answer in"},
-            "topk": {**INTEGER, "minimum": 1, "default": 1},
-            "head": {**STRING, "description": "a span head (default: the only one, else squad)"},
-        },
-        ("question", "context"),
-    ),
-    "/tag": _object(
-        {
-            "text": {**TEXTS, "description": "texts to tag; one longer than the model is read whole"},
-            "head": {**STRING, "description": "a tagging head (may be left out when there is one)"},
-        },
-        ("text",),
-    ),
-}
-
-for _schema in REQUESTS.values():
-    _schema["additionalProperties"] = False
+# What each POST endpoint reads: written from the one declaration the parsers read (`shapes`).
+REQUESTS = {path: request_schema(path) for path in shapes.REQUESTS}
 
 PREDICTION = {
     "oneOf": [

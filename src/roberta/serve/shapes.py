@@ -1,0 +1,180 @@
+"""What each JSON endpoint reads, declared once: every field's JSON type, default, bounds and
+description. `endpoints.parse_*` read a request through `read` (400 naming the field: a wrong
+type, a missing required field, a value outside the declared bounds), `app` refuses a field not
+declared here, and `openapi` writes the request schemas from the same table, so the parser, the
+document and docs/serving.md's table (checked by tests/serve/test_shapes.py) cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roberta.errors import UserError
+from roberta.model import POOLS
+
+STRING, NUMBER, INTEGER, BOOLEAN = ({"type": t} for t in ("string", "number", "integer", "boolean"))
+# JSON's types as Python reads them: bool is an int in Python, but a JSON true is no layer or topk.
+KINDS = {"string": str, "integer": int, "boolean": bool, "texts": (str, list)}
+TEXTS_DESCRIPTION = (
+    "a text, or a list of them (at most --max-items; all together at most --max-request-tokens tokens)"
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a request body. `kind`: "string", "integer", "boolean", or "texts" (a string
+    or a non-empty list of strings). `checked_on_use`: the declared bounds (`minimum`, `enum`) are
+    also the model's, which the hub call (or the vectors' width) checks with the whole range in its
+    message; `read` leaves them to it."""
+
+    kind: str
+    description: str = ""
+    default: object = None
+    required: bool = False
+    minimum: int | None = None
+    enum: tuple[str, ...] = ()
+    nonempty: bool = False
+    checked_on_use: bool = False
+
+    def schema(self) -> dict:
+        """This field's JSON schema (OpenAPI 3.1)."""
+        if self.kind == "texts":
+            schema: dict = {"oneOf": [STRING, {"type": "array", "items": STRING, "minItems": 1}]}
+        else:
+            schema = {"type": self.kind}
+        if self.enum:
+            schema["enum"] = list(self.enum)
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.nonempty:
+            schema["minLength"] = 1
+        if self.default is not None:
+            schema["default"] = self.default
+        return {**schema, "description": self.description} if self.description else schema
+
+
+def _texts(description: str = TEXTS_DESCRIPTION, required: bool = True) -> Field:
+    return Field("texts", description, required=required)
+
+
+PAIR = _texts("each text's second segment: as many as `text`", required=False)
+TRUNCATE = Field("boolean", "cut a text past the model's positions (else 400)", default=False)
+EMBED = {
+    "pair": PAIR,
+    "layer": Field(
+        "integer", "0: the embeddings, 1..L a layer, -1 the last", default=-1, checked_on_use=True
+    ),
+    "pool": Field(
+        "string",
+        "<s>'s vector or the mean over tokens (default: a sentence encoder's own pooling, else cls)",
+        enum=tuple(POOLS),
+        checked_on_use=True,
+    ),
+    "truncate": TRUNCATE,
+}
+ENCODING_FORMATS = ("float", "base64")
+
+# Each POST endpoint's fields, and no others: a field not named here is refused (400 naming it),
+# never ignored. Required fields come first; the order is the document's.
+REQUESTS: dict[str, dict[str, Field]] = {
+    "/fill-mask": {
+        "text": _texts("texts holding exactly one <mask> each"),
+        "topk": Field(
+            "integer", "fillings per text (--max-answers)", default=5, minimum=1, checked_on_use=True
+        ),
+    },
+    "/embed": {"text": _texts(), **EMBED},
+    "/v1/embeddings": {
+        "input": _texts(),
+        "model": Field("string", "any: the server serves one model, named in the answer"),
+        "encoding_format": Field(
+            "string",
+            "base64: each vector's float32 values, little-endian, as OpenAI sends them",
+            default="float",
+            enum=ENCODING_FORMATS,
+        ),
+        "dimensions": Field(
+            "integer",
+            "the first N components, scaled to length 1 (at most the vector's width)",
+            minimum=1,
+            checked_on_use=True,
+        ),
+        "user": Field("string", "the end user, for the client's records: answers do not depend on it"),
+        **EMBED,
+    },
+    "/predict": {
+        "text": _texts(),
+        "pair": PAIR,
+        "head": Field("string", "a classification head (may be left out when there is one)"),
+        "truncate": TRUNCATE,
+    },
+    "/answer": {
+        "question": Field("string", required=True, nonempty=True),
+        "context": Field("string", "the passage to find the answer in", required=True, nonempty=True),
+        "topk": Field("integer", default=1, minimum=1),
+        "head": Field("string", "a span head (default: the only one, else squad)"),
+    },
+    "/tag": {
+        "text": _texts("texts to tag; one longer than the model is read whole"),
+        "head": Field("string", "a tagging head (may be left out when there is one)"),
+    },
+}
+
+
+def request_schema(path: str) -> dict:
+    """`path`'s request body as a JSON schema: its fields, the required ones, no other field."""
+    fields = REQUESTS[path]
+    required = [name for name, field in fields.items() if field.required]
+    return {
+        "type": "object",
+        "properties": {name: field.schema() for name, field in fields.items()},
+        **({"required": required} if required else {}),
+        "additionalProperties": False,
+    }
+
+
+def check_fields(body: dict, path: str) -> None:
+    """Every field of `body` one that `path` reads: a field it would ignore is refused, naming it."""
+    fields = REQUESTS[path]
+    unknown = next((name for name in body if name not in fields), None)
+    if unknown is not None:
+        raise UserError(f"field {unknown[:40]!r}: {path} reads no such field (it reads {', '.join(fields)})")
+
+
+def text_value(value: str, name: str) -> str:
+    """`value` if it is text that can be encoded: JSON can spell a lone surrogate (\\ud800), which is
+    no character and no tokenizer takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(
+            f"field {name}: not valid Unicode text (a lone surrogate at character {e.start})"
+        ) from None
+    return value
+
+
+def read(body: dict, path: str, name: str, default: object = None):
+    """Field `name` of a request to `path`, as declared: of its type, within its bounds, its
+    declared default (or `default`, one that depends on the model) when left out."""
+    field = REQUESTS[path][name]
+    if name not in body:
+        if field.required:
+            raise UserError(f"field {name!r} is required")
+        return field.default if default is None else default
+    value = body[name]
+    kind = KINDS[field.kind]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(k.__name__ for k in kinds)
+        raise UserError(f"field {name!r}: expected {expected}, got {type(value).__name__}")
+    if isinstance(value, str):
+        text_value(value, repr(name))
+    if field.nonempty and not value:
+        raise UserError(f"field {name!r}: empty")
+    if field.checked_on_use:
+        return value
+    if field.minimum is not None and value < field.minimum:
+        raise UserError(f"field {name!r}: {value} out of range, give {field.minimum} or more")
+    if field.enum and value not in field.enum:
+        raise UserError(f"field {name!r}: {value[:40]!r}, give {' or '.join(map(repr, field.enum))}")
+    return value
