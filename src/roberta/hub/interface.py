@@ -23,11 +23,11 @@ from torch import nn
 
 from roberta.errors import UserError
 from roberta.hub.answer import answer
+from roberta.hub.embed import check_embed, embed, embed_width, embedding_pool
 from roberta.hub.fill_mask import check_fill_mask, fill_mask, mask_logits, masked_ids
 from roberta.hub.inputs import TokenSeqs, as_fp32, check_ids, refuse_or_warn, sequences
 from roberta.hub.tag import tag
-from roberta.model import EMBEDDING_HEAD, POOLS, RobertaModel
-from roberta.model import pool as pooled
+from roberta.model import RobertaModel
 from roberta.runtime.batching import length_batches, pad
 from roberta.runtime.precision import INFERENCE, autocast, resolve
 from roberta.tokenizer import Tokenizer
@@ -194,54 +194,20 @@ class Roberta(nn.Module):
         it has one and neither `layer` nor another `pool` is asked for; otherwise layer `layer`
         (0 = embeddings, -1 = last) pooled at `<s>` ("cls", the default) or averaged over the
         sequence's tokens ("mean")."""
-        self.check_embed(layer, pool)
-        layers = self.model.config.num_layers + 1
-        last = layer in (-1, layers - 1)
-        if self._own_vector(layer, pool):
-            return torch.stack(
-                self._batched(tokens, lambda batch, _: list(self.model.sentence_embedding(batch, True)))
-            )
-        pool = pool or "cls"
-
-        def run(batch: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-            out = self.model(
-                batch,
-                return_all_hiddens=not last,
-                select="first" if last and pool == "cls" else None,
-                unpad=True,
-            )
-            hidden = out.last_hidden_state if out.hidden_states is None else out.hidden_states[layer]
-            return list(pooled(hidden, batch.ne(self.model.config.padding_idx), pool))
-
-        return torch.stack(self._batched(tokens, run))
+        return embed(self, tokens, layer, pool)
 
     def embed_width(self, layer: int = -1, pool: str | None = None) -> int:
         """The width of `embed(tokens, layer, pool)`'s vectors: a sentence encoder's own may be mapped
         onto its teacher's width."""
-        if self._own_vector(layer, pool):
-            return self.model.heads[EMBEDDING_HEAD].spec().get("dim", self.model.config.hidden_size)
-        return self.model.config.hidden_size
-
-    def _own_vector(self, layer: int, pool: str | None) -> bool:
-        """Whether `embed(.., layer, pool)` is the model's own sentence vector: it has an embedding
-        head, and the last layer with no other pooling is asked for."""
-        own = self.embedding_pool()
-        return layer in (-1, self.model.config.num_layers) and own is not None and pool in (None, own)
+        return embed_width(self.model, layer, pool)
 
     def embedding_pool(self) -> str | None:
         """The pooling of the model's sentence-embedding head, None where it has none."""
-        return self.model.heads[EMBEDDING_HEAD].pool if EMBEDDING_HEAD in self.model.heads else None
+        return embedding_pool(self.model)
 
     def check_embed(self, layer: int, pool: str | None) -> None:
         """`embed`'s options, checked on their own: a file is refused before anything is read or drawn."""
-        layers = self.model.config.num_layers + 1
-        if type(layer) is not int or not -layers <= layer < layers:
-            raise UserError(
-                f"layer {layer!r} out of range: the model has {layers} (embeddings + {layers - 1} layers), "
-                f"-{layers}..{layers - 1}"
-            )
-        if pool is not None and pool not in POOLS:
-            raise UserError(f"pool {pool!r} unknown; choose one of {', '.join(POOLS)}")
+        check_embed(self.model, layer, pool)
 
     def head(self, name: str, kind: str) -> nn.Module:
         """The head `name`, which must be of `kind` ("classification" for `predict`, "span" for
