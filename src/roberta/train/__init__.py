@@ -7,7 +7,8 @@ precision.py   autocast and fp16 dynamic loss scaling
 distributed.py torchrun process groups, DDP / FSDP2 wrapping, gradient-sync control, the
                optimizer and model state gathered whole from FSDP2's shards
 run_state.py   a run's atomic checkpoints and exact-resume state (and whether a checkpoint fits)
-metrics.py     metrics.jsonl, TensorBoard, curves.png, MFU
+metrics.py     metrics.jsonl, TensorBoard, curves.png, MFU; `TrainingMetrics`, what a run reports
+checkpointer.py `Checkpointer`: what a run keeps on disk (step-N, best/) and has written
 objective.py   the `Objective` a task brings to the loop
 evaluation.py  held-out evaluation, and the sums all ranks add up
 trainer.py     the loop, read as its parts (`train_step`, logging, evaluation keeping the best,

@@ -11,9 +11,11 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from roberta.config import RobertaConfig
 from roberta.errors import UserError
@@ -216,3 +218,82 @@ def _plain(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # JSON has no NaN/inf
     return value
+
+
+@dataclass
+class Window:
+    """Sums since the last logged step; `sums` is kept in checkpoints so that a resumed run logs
+    the same figures."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    seconds: float = 0.0
+    waited: float = 0.0  # seconds the steps stalled on the loader
+
+    def add(self, sums: dict[str, float]) -> None:
+        for k, v in sums.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+
+
+@dataclass
+class TrainingMetrics:
+    """What a run reports while it trains, owned by one object as torchtitan's metrics processor
+    owns it: the window of sums since the last logged step, throughput and MFU against the peak,
+    and where they go (metrics.jsonl and the trackers, rank 0 only; the progress bar)."""
+
+    flops_per_token: float
+    peak_flops: float | None  # all ranks' together; 0: unknown; None: not to be trusted
+    peak_measured: bool  # a CPU's peak timed at start, remeasured when MFU would pass 100%
+    dtype: torch.dtype  # what the peak is remeasured in
+    world_size: int
+    log: MetricsLog | None = None  # rank 0 only
+    bar: tqdm | None = None
+    window: Window = field(default_factory=Window)
+
+    def report(
+        self,
+        step: int,
+        figures: dict[str, float],
+        lr: float,
+        skipped: int,
+        scaling: bool,
+        epoch: float | None,
+    ) -> None:
+        """The window's `figures`, throughput and MFU to metrics.jsonl and the bar; then a new
+        window. `skipped`: fp16's skipped updates, shown on the bar with loss `scaling`."""
+        window = self.window
+        rate = window.tokens / max(window.seconds, 1e-9)
+        figures.update(
+            lr=lr,
+            tokens_per_s=rate,
+            mfu=self.mfu(rate),
+            data_wait=window.waited / max(window.seconds, 1e-9),
+            skipped_steps=skipped,
+        )
+        if epoch is not None:
+            figures["epoch"] = epoch
+        if self.log:
+            self.log.log(step, "train", figures)
+        self.bar.set_postfix(
+            loss=f"{figures.get('loss', float('nan')):.3f}",
+            tok_s=f"{rate:,.0f}",
+            mfu="—" if figures["mfu"] is None else f"{figures['mfu']:.1%}",
+            **({"skipped": skipped} if scaling else {}),
+        )
+        self.window = Window()
+
+    def mfu(self, rate: float) -> float | None:
+        """Achieved FLOP/s over the peak (0.0: no peak known). A CPU peak timed while a neighbour held
+        the cores is too low, so MFU past 100% remeasures it; if it is still past 100%, the peak
+        cannot be trusted on this host and MFU is None (not reported) from then on."""
+        if self.peak_flops is None:
+            return None
+        if not self.peak_flops:
+            return 0.0
+        achieved = rate * self.flops_per_token
+        if achieved > self.peak_flops and self.peak_measured:
+            self.peak_flops = max(self.peak_flops, measured_matmul_flops(self.dtype) * self.world_size)
+            if achieved > self.peak_flops:
+                self.peak_flops = None
+                return None
+        return achieved / self.peak_flops

@@ -7,7 +7,8 @@ checkpoints, exact resume, metrics and the progress bar.
 `train` reads as the list of its parts, as torchtitan's trainer does: `_start` (the model placed,
 wrapped and restored), then per update `train_step` (forward, backward, accumulation, clipping,
 the optimizer), `_log_window`, `_evaluate_and_keep_best` and `_write_checkpoint`, each due every
-so many steps. They share one `_Run`, the state of the run under way.
+so many steps. They share one `_Run`, the state of the run under way; what it keeps on disk is
+its `Checkpointer`'s, what it reports its `TrainingMetrics`' (torchtitan's two components).
 
 Losses are sums, not means: each term is divided by its count over the whole global batch
 (all micro-batches on all ranks) before backward, so one process with batch 2b, two
@@ -20,7 +21,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,11 +35,13 @@ from roberta.model import RobertaModel
 from roberta.runtime.precision import compute_dtype
 from roberta.runtime.precision import reason as precision_reason
 from roberta.train import distributed, evaluation, run_state
+from roberta.train.checkpointer import BEST_DIR as BEST_DIR  # where tasks find RUN/best/
+from roberta.train.checkpointer import Checkpointer
 from roberta.train.config import JobConfig, budget
 from roberta.train.metrics import (
     METRICS_FILE,
     MetricsLog,
-    measured_matmul_flops,
+    TrainingMetrics,
     peak_flops,
     peak_is_measured,
     read_metrics,
@@ -47,7 +50,6 @@ from roberta.train.objective import EXAMPLES, Batch, Objective
 from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 from roberta.train.precision import LossScaler, autocast, resolve_precision
 
-BEST_DIR = "best"
 JOB_FILE = "job.json"
 RESULTS_FILE = run_state.RESULTS_FILE
 
@@ -150,17 +152,6 @@ def plan_run(
 
 
 @dataclass
-class _Window:
-    """Sums since the last logged step; `sums` is kept in checkpoints so that a resumed run logs
-    the same figures."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    tokens: int = 0
-    seconds: float = 0.0
-    waited: float = 0.0  # seconds the steps stalled on the loader
-
-
-@dataclass
 class _Run:
     """A run under way: what the step, logging, evaluation and checkpoint functions share."""
 
@@ -172,19 +163,11 @@ class _Run:
     scaler: LossScaler
     precision: str
     placement: distributed.Placement
-    run_dir: Path
-    tokenizer: object
+    checkpointer: Checkpointer
+    metrics: TrainingMetrics
+    params: list[nn.Parameter]  # those the optimizer updates
     step: int = 0
-    best: dict | None = None  # {"metric", "value", "step"} of RUN/best/
-    last_checkpoint: Path | None = None  # rank 0 only
     resumed: bool = False
-    log: MetricsLog | None = None  # rank 0 only
-    bar: tqdm | None = None
-    window: _Window = field(default_factory=_Window)
-    params: list[nn.Parameter] = field(default_factory=list)  # those the optimizer updates
-    flops_per_token: float = 0.0  # for MFU
-    peak_flops: float | None = 0.0  # all ranks' together; 0: unknown; None: not to be trusted
-    peak_measured: bool = False  # a CPU's peak timed at start, remeasured when MFU would pass 100%
 
     @property
     def job(self) -> JobConfig:
@@ -192,6 +175,12 @@ class _Run:
 
     def due(self, every: int) -> bool:
         return self.step % every == 0 or self.step == self.job.train.max_steps
+
+    def plain_model(self) -> RobertaModel:
+        """The full model with its heads (a collective under FSDP: every rank gathers the weights)."""
+        return distributed.full_model(
+            self.module, self.model, self.objective.add_heads, self.job.train.parallel
+        )
 
 
 def train(
@@ -223,7 +212,7 @@ def train(
     cfg = plan.job.train
     batches = objective.train_batches(run.step * plan.accumulation)
     valid: dict[str, float] = {}
-    run.bar = tqdm(
+    run.metrics.bar = tqdm(
         total=cfg.max_steps,
         initial=run.step,
         disable=not (placement.is_main and cfg.progress),
@@ -242,17 +231,17 @@ def train(
                 _write_checkpoint(run)
             run_state.fault_point(f"step-{run.step}")
     finally:
-        run.bar.close()
-        if run.log:
-            run.log.close()
+        run.metrics.bar.close()
+        if run.metrics.log:
+            run.metrics.log.close()
     if placement.is_main:
-        _write_results(run_dir, _job_record(plan.job, model), objective, run.best)
+        _write_results(run_dir, _job_record(plan.job, model), objective, run.checkpointer.best)
     return TrainResult(
         step=run.step,
-        checkpoint=run.last_checkpoint,
+        checkpoint=run.checkpointer.last,
         valid=valid,
         skipped_steps=run.scaler.skipped_steps,
-        best=run.best,
+        best=run.checkpointer.best,
     )
 
 
@@ -276,6 +265,13 @@ def _start(
     module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, placement)
     optimizer = build_optimizer(module, plan.job.optim)
     precision = resolve_precision(cfg.precision, placement.device, model.config.hidden_size)
+    metrics = TrainingMetrics(
+        objective.flops_per_token(model.config),
+        peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size,
+        peak_is_measured(placement.device, cfg.peak_tflops),
+        compute_dtype(precision),
+        placement.world_size,
+    )
     run = _Run(
         plan,
         objective,
@@ -285,23 +281,20 @@ def _start(
         LossScaler(enabled=precision == "fp16"),
         precision,
         placement,
-        run_dir,
-        tokenizer,
+        Checkpointer(run_dir, tokenizer, placement, cfg.keep_last),
+        metrics,
+        [p for p in module.parameters() if p.requires_grad],
     )
     torch.manual_seed(cfg.seed + 1 + placement.rank)  # dropout differs across ranks, reproducibly
     if state is not None:
         run.step = int(state["step"])
-        run.best = state.get("best")
+        run.checkpointer.best = state.get("best")
         distributed.load_optimizer(module, optimizer, state["optimizer"], cfg.parallel, placement)
         run.scaler.load_state_dict(state["scaler"])
         if len(state["rng"]) == placement.world_size:
             run_state.set_rng_state(state["rng"][placement.rank])
-        run.window.sums = dict(state.get("window", {}))
+        metrics.window.sums = dict(state.get("window", {}))
     run.resumed = state is not None
-    run.params = [p for p in module.parameters() if p.requires_grad]
-    run.flops_per_token = objective.flops_per_token(model.config)
-    run.peak_flops = peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size
-    run.peak_measured = peak_is_measured(placement.device, cfg.peak_tflops)
     return run
 
 
@@ -310,23 +303,24 @@ def _open_run_directory(run: _Run, run_info: dict | None) -> None:
     writing when it was killed, and its metrics past the checkpoint."""
     if not run.placement.is_main:
         return
-    run.run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run.checkpointer.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
     if run.resumed:
-        run_state.remove_run_temporaries(run.run_dir)
+        run_state.remove_run_temporaries(run_dir)
     job = _job_record(run.job, run.model)
     width = run.model.config.hidden_size
     ran = precision_reason(run.job.train.precision, run.precision, run.placement.device, width)
     print(f"precision: {ran}", file=sys.stderr)
-    write_json(run.run_dir / JOB_FILE, {"job": job, "precision": ran, **(run_info or {})})
+    write_json(run_dir / JOB_FILE, {"job": job, "precision": ran, **(run_info or {})})
     resume_step = run.step if run.resumed else None
-    run.log = MetricsLog(run.run_dir, resume_step, report_to=run.job.train.report_to, job=job)
-    run.last_checkpoint = run_state.latest_checkpoint(run.run_dir)
+    run.metrics.log = MetricsLog(run_dir, resume_step, report_to=run.job.train.report_to, job=job)
+    run.checkpointer.last = run_state.latest_checkpoint(run_dir)
 
 
 def train_step(run: _Run, batches: Iterator[Batch]) -> None:
     """One optimizer update: the accumulated micro-batches forward and backward, the divergence
     check, clipping and the optimizer step; its sums, tokens and time go into the log window."""
-    job, placement, objective, window = run.job, run.placement, run.objective, run.window
+    job, placement, objective, window = run.job, run.placement, run.objective, run.metrics.window
     started = time.perf_counter()
     micro_batches = [
         evaluation.to_device(next(batches), placement.device) for _ in range(run.plan.accumulation)
@@ -338,20 +332,19 @@ def train_step(run: _Run, batches: Iterator[Batch]) -> None:
     run.step += 1
     if not all(math.isfinite(totals[k]) for k in counts):
         bad = ", ".join(f"{k} = {totals[k]}" for k in counts)
-        where = run.last_checkpoint or "none was written"
+        where = run.checkpointer.last or "none was written"
         raise TrainingDiverged(
             f"non-finite loss at step {run.step} ({bad}); training stopped. Last good checkpoint: {where}"
         )
     if not apply_update(run.optimizer, run.params, run.scaler, job.optim.clip_norm):
-        run.bar.write(
+        run.metrics.bar.write(
             f"step {run.step}: fp16 gradient overflow, update skipped; "
             f"loss scale lowered to {run.scaler.scale:g}"
         )
     window.seconds += time.perf_counter() - started
     window.tokens += sum(objective.tokens(b) for b in micro_batches) * placement.world_size
-    for k, v in {**totals, **{f"{k}_count": c for k, c in counts.items()}}.items():
-        window.sums[k] = window.sums.get(k, 0.0) + v
-    run.bar.update(1)
+    window.add({**totals, **{f"{k}_count": c for k, c in counts.items()}})
+    run.metrics.bar.update(1)
 
 
 def _forward_backward(run: _Run, micro_batches: list[Batch], counts: dict[str, float]) -> dict[str, float]:
@@ -374,45 +367,10 @@ def _forward_backward(run: _Run, micro_batches: list[Batch], counts: dict[str, f
 
 def _log_window(run: _Run) -> None:
     """The window's figures, throughput and MFU to metrics.jsonl and the progress bar; then a new window."""
-    window = run.window
-    figures = run.objective.metrics(window.sums, {})
-    rate = window.tokens / max(window.seconds, 1e-9)
-    figures.update(
-        lr=run.optimizer.param_groups[0]["lr"],
-        tokens_per_s=rate,
-        mfu=_mfu(run, rate),
-        data_wait=window.waited / max(window.seconds, 1e-9),
-        skipped_steps=run.scaler.skipped_steps,
-    )
-    if run.plan.per_epoch:
-        figures["epoch"] = run.step / run.plan.per_epoch
-    if run.log:
-        run.log.log(run.step, "train", figures)
-    run.bar.set_postfix(
-        loss=f"{figures.get('loss', float('nan')):.3f}",
-        tok_s=f"{rate:,.0f}",
-        mfu="—" if figures["mfu"] is None else f"{figures['mfu']:.1%}",
-        **({"skipped": run.scaler.skipped_steps} if run.scaler.enabled else {}),
-    )
-    run.window = _Window()
-
-
-def _mfu(run: _Run, rate: float) -> float | None:
-    """Achieved FLOP/s over the peak (0.0: no peak known). A CPU peak timed while a neighbour held
-    the cores is too low, so MFU past 100% remeasures it; if it is still past 100%, the peak cannot
-    be trusted on this host and MFU is None (not reported) from then on."""
-    if run.peak_flops is None:
-        return None
-    if not run.peak_flops:
-        return 0.0
-    achieved = rate * run.flops_per_token
-    if achieved > run.peak_flops and run.peak_measured:
-        world = run.placement.world_size
-        run.peak_flops = max(run.peak_flops, measured_matmul_flops(compute_dtype(run.precision)) * world)
-        if achieved > run.peak_flops:
-            run.peak_flops = None
-            return None
-    return achieved / run.peak_flops
+    figures = run.objective.metrics(run.metrics.window.sums, {})
+    epoch = run.step / run.plan.per_epoch if run.plan.per_epoch else None
+    lr = run.optimizer.param_groups[0]["lr"]
+    run.metrics.report(run.step, figures, lr, run.scaler.skipped_steps, run.scaler.enabled, epoch)
 
 
 def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
@@ -421,12 +379,13 @@ def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
         run.module, run.objective, run.precision, run.placement, run.job.train.eval_batches
     )
     valid = _flatten(by_set)
-    if run.log:
+    log, bar = run.metrics.log, run.metrics.bar
+    if log:
         for name, figures in by_set.items():
-            run.log.log(run.step, name, figures)
-        run.log.plot()
-    if not run.bar.disable:  # rank 0, unless the caller runs its own bar
-        run.bar.write(f"step {run.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
+            log.log(run.step, name, figures)
+        log.plot()
+    if not bar.disable:  # rank 0, unless the caller runs its own bar
+        bar.write(f"step {run.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
     best_metric = run.plan.best_metric
     if not best_metric:
         return valid
@@ -434,13 +393,8 @@ def _evaluate_and_keep_best(run: _Run) -> dict[str, float]:
         raise UserError(
             f"train.best_metric = {best_metric!r} is not an evaluation figure ({', '.join(valid)})"
         )
-    if _improves(valid[best_metric], run.best, run.objective.higher_is_better):
-        run.best = {"metric": best_metric, "value": valid[best_metric], "step": run.step}
-        # Collective under FSDP: every rank gathers the full weights.
-        plain = distributed.full_model(run.module, run.model, run.objective.add_heads, run.job.train.parallel)
-        if run.placement.is_main:
-            checkpoint.save(run.run_dir / BEST_DIR, plain, run.tokenizer)
-        distributed.barrier()
+    higher = run.objective.higher_is_better
+    run.checkpointer.keep_if_best(run.step, best_metric, valid[best_metric], higher, run.plain_model)
     return valid
 
 
@@ -455,25 +409,10 @@ def _write_checkpoint(run: _Run) -> None:
         "data": {"position": run.step * run.plan.accumulation, "micro_batch_size": run.plan.micro_batch_size},
         "world_size": run.placement.world_size,
         "job": run.job.to_dict(),
-        "best": run.best,
-        "window": dict(run.window.sums),
+        "best": run.checkpointer.best,
+        "window": dict(run.metrics.window.sums),
     }
-    plain = distributed.full_model(
-        run.module, run.model, run.objective.add_heads, parallel
-    )  # collective under FSDP
-    if run.placement.is_main:
-        run.last_checkpoint = run_state.save_checkpoint(
-            run.run_dir, run.step, plain, run.tokenizer, state, run.job.train.keep_last
-        )
-    distributed.barrier()
-
-
-def _improves(value: float, best: dict | None, higher_is_better: bool) -> bool:
-    if not math.isfinite(value):
-        return False
-    if best is None:
-        return True
-    return value > best["value"] if higher_is_better else value < best["value"]
+    run.checkpointer.save(run.step, run.plain_model, state)
 
 
 def _flatten(by_set: dict[str, dict[str, float]]) -> dict[str, float]:
