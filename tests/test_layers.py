@@ -120,3 +120,33 @@ def test_no_file_function_or_class_is_over_its_size():
     assert not unexpected, "\n".join(unexpected)
     fixed = set(OVERSIZE) - {name for name, _, _ in over}
     assert not fixed, f"within the limits now, remove from OVERSIZE: {sorted(fixed)}"
+
+
+# Files that import an old path on purpose: the tests that the old paths still work.
+OLD_PATH_TESTS = {"tests/tokenizer/test_wordpiece.py", "tests/test_layers.py"}
+
+
+def test_the_project_imports_each_name_from_where_it_lives():
+    """Only users go through the old paths: src/, tests/ and benchmarks/ import the new ones."""
+    root = SRC.parent
+    shims = {root / "src" / (old.replace(".", "/") + ".py") for old in SHIMS}
+    found = []
+    for folder in ("src", "tests", "benchmarks"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if (
+                path in shims
+                or path.relative_to(root).as_posix() in OLD_PATH_TESTS
+                or "node_modules" in path.parts
+            ):
+                continue
+            old = {t for t in imports(path) if any(t == o or t.startswith(o + ".") for o in SHIMS)}
+            found += [f"{path.relative_to(root)} imports {name}" for name in sorted(old)]
+    assert not found, "\n".join(found)
+
+
+def test_each_old_path_is_its_new_module():
+    import importlib
+
+    for old, new in SHIMS.items():
+        if old not in ("roberta.wordpiece", "roberta.tasks.squad_data"):  # re-exports of a few names
+            assert importlib.import_module(old) is importlib.import_module(new), old

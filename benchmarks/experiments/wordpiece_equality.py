@@ -3,7 +3,7 @@ BertTokenizerFast on every line of that corpus: the same ids, line by line.
 
     .venv/bin/python benchmarks/experiments/wordpiece_equality.py [--vocab-size 28996] [--uncased] [--out DIR]
 
-Trains with `roberta.wordpiece.train_wordpiece` (what `roberta train-tokenizer --kind wordpiece`
+Trains with `roberta.tokenizer.training.train_wordpiece` (what `roberta train-tokenizer --kind wordpiece`
 runs), then encodes each file's lines with our tokenizer and with
 `BertTokenizerFast(vocab=DIR/vocab.txt, do_lower_case=...)` (no special tokens) and compares the ids
 of every line. Prints the counts and the first differing lines, if any; exits 1 on a difference.
