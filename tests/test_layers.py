@@ -95,7 +95,7 @@ def test_every_module_has_a_layer():
 
 
 # A file, function or class longer than these is split along its seams (issue #35).
-MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_CLASS_LINES = 550, 60, 330
+MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_CLASS_LINES = 550, 60, 300
 # What is over a limit today, by name (path, or path:name), with the reason; none at present.
 OVERSIZE: dict[str, str] = {}
 
