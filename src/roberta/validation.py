@@ -38,7 +38,7 @@ def _check(cls: type, name: str, value, hint, where: str, prefix: str):
     label, given = f"{prefix}{name}", value
     value = _typed(value, hint, label, where)
     choices = getattr(cls, "CHOICES", {}).get(name)
-    if choices and value not in choices:
+    if choices and value is not None and value not in choices:  # None: an optional field not given
         _refuse(where, label, f"one of {', '.join(choices)}", given)
     bounds = getattr(cls, "RANGES", {}).get(name)
     if bounds and value is not None and not all(_within(v, bounds) for v in _items(value)):

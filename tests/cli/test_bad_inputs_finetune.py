@@ -468,7 +468,7 @@ FINETUNE_CASES: list[Case] = [
     ),
     Case(
         "finetune/embed-temperature-zero",
-        "--temperature must be a positive number, not 0.0",
+        "finetune embed: field 'temperature' must be positive, not 0.0",
         argv=lambda e: embed(e, sentences(e), "--temperature", "0"),
     ),
     Case(

@@ -129,7 +129,7 @@ CASES = [
     ),
     Case(
         "wsc/unknown-loss",
-        "--loss 'hinge': give cross-entropy or margin",
+        "argument --loss: invalid choice: 'hinge' (choose from 'cross-entropy', 'margin')",
         argv=lambda e: [*finetune_wsc(e, wsc_dir(e)), "--loss", "hinge"],
     ),
     Case(

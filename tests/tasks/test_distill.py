@@ -198,5 +198,5 @@ def test_a_student_head_that_does_not_fit_names_distills_own_remedy(models, sst1
     assert main(distill_glue(sst16, {**models, "student": student}, out)) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"{student}: head 'SST-2' has 3 outputs but the task has 2" in lines[0], lines
-    assert "give a --student without this head" in lines[0] and "--init-task" not in lines[0]
+    assert "give a --model without this head" in lines[0] and "--init-task" not in lines[0]
     assert not out.exists()

@@ -109,9 +109,9 @@ def test_init_layers_copies_the_chosen_layers(micro_corpus, teacher_run, tmp_pat
         (["--init-layers", "0,5", "--init-from", "TEACHER"], "--init-layers 0,5"),
         (["--init-layers", "0,0", "--init-from", "TEACHER"], "distinct layers"),
         (["--init-layers", "a", "--init-from", "TEACHER"], "--init-layers 'a'"),
-        (["--init-layers", "0"], "give --init-from too"),
+        (["--init-layers", "0"], "give --model too"),
         (["--temperature", "2"], "need --teacher"),
-        (["--teacher", "TEACHER", "--temperature", "0"], "--temperature must be"),
+        (["--teacher", "TEACHER", "--temperature", "0"], "field 'temperature' must be positive"),
         # The micro student is 64 wide, the teacher too: a wider student has no cosine partner.
         (["--teacher", "TEACHER", "--cosine-weight", "1", "--model.hidden_size=32"], "equal widths"),
     ],
@@ -158,7 +158,7 @@ def test_a_resume_with_another_teacher_setting_is_refused(micro_corpus, teacher_
 
 
 def test_the_help_states_the_defaults_the_code_uses(capsys):
-    """The CLI writes the weights out (its parser imports no torch): they must stay the code's."""
+    """The help shows the defaults the code uses: one declaration (options.pretrain) for both."""
     from roberta.cli import main
     from roberta.tasks.pretrain_distill import COSINE_WEIGHT, SOFT_WEIGHT, PretrainDistillation
 

@@ -6,12 +6,13 @@ finetune  finetune TASK, distill TASK, probe
 evaluate  evaluate TASK
 infer     fill-mask, embed, predict
 models    convert, export, serve
-common    the handler type, subcommand groups, and option groups several verbs share
+common    the parser, the handler type, subcommand groups, the command line built from the
+          options' declarations (`roberta.options`)
 
-Each verb is a `_<verb>(parser)` function whose docstring is its --help: it declares its options
-and returns its handler, which parses and calls the layer below. Handlers import their module
-lazily so that `roberta --help` stays instant. A `UserError` or an `OSError` (a file or place that
-cannot be used) anywhere becomes one line on stderr and exit status 2.
+Each verb is a `_<verb>(parser)` function whose docstring is its --help: it adds its options'
+declarations (`add_options`) and returns its handler, which calls the layer below. Handlers import
+their module lazily so that `roberta --help` stays instant. A `UserError` or an `OSError` (a file or
+place that cannot be used) anywhere becomes one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from roberta.errors import UserError
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from roberta.cli import corpus, evaluate, finetune, infer, models, pretrain  # noqa: E402
-from roberta.cli.common import add_commands  # noqa: E402
+from roberta.cli.common import Parser, add_commands  # noqa: E402
 
 # A command is a function that declares its options on the parser it is given and returns the
 # function that runs it (None for a group of subcommands); its docstring is its --help: the first
@@ -43,18 +44,8 @@ _ALL = {**corpus.VERBS, **pretrain.VERBS, **finetune.VERBS, **evaluate.VERBS, **
 VERBS = {name: _ALL[name] for name in _ORDER}
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage mistakes read like every other refusal: one line naming the command, exit status 2.
-    (argparse prints the whole usage block first; `--help` still shows it.)"""
-
-    def error(self, message: str):
-        raise UserError(f"{message} (see '{self.prog} --help')")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="roberta", description="RoBERTa pretraining, fine-tuning, conversion and inference."
-    )
+    parser = Parser(prog="roberta", description="RoBERTa pretraining, fine-tuning, conversion and inference.")
     add_commands(parser, "verb", "VERB", VERBS)
     return parser
 

@@ -1,5 +1,5 @@
-"""What the verbs share: the handler type, subcommand groups, and the option groups several verbs
-declare (text corpora, line files, the hub's checkpoint options, progress), with what reads them."""
+"""What the verbs share: the parser, the handler type, subcommand groups, and the command line
+built from the option declarations (`roberta.options`), with what reads them."""
 
 from __future__ import annotations
 
@@ -10,12 +10,31 @@ import typing
 from collections.abc import Callable
 
 from roberta.errors import UserError
-from roberta.options import INFERENCE_PRECISIONS
+from roberta.options import MODEL_FLAG
 
 # What a command runs, given its parsed arguments.
 Handler = Callable[[argparse.Namespace], None]
 
-GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
+
+class Parser(argparse.ArgumentParser):
+    """Usage mistakes read like every other refusal: one line naming the command, exit status 2.
+    (argparse prints the whole usage block first; `--help` still shows it.) Once parsed, every
+    option class declared on the parser is made and checked, so that a value outside its rule is
+    refused ("field 'x' must be ...") before the verb reads or writes anything."""
+
+    def error(self, message: str):
+        if message.startswith("the following arguments are required:"):
+            for action in self._actions:  # the model missing: named as it is named now
+                if getattr(action, "model_flags", None) and action.metavar in message:
+                    message = message.replace(action.metavar, f"{MODEL_FLAG} {action.metavar}", 1)
+        raise UserError(f"{message} (see '{self.prog} --help')")
+
+    def parse_known_args(self, args=None, namespace=None):
+        _older_positional_if_unnamed(self, args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        for cls in getattr(self, "declared", ()):
+            options_from(namespace, cls, self.prog.removeprefix("roberta "))
+        return namespace, extras
 
 
 def add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str, commands: dict) -> None:
@@ -28,110 +47,122 @@ def add_commands(parser: argparse.ArgumentParser, dest: str, metavar: str, comma
             p.set_defaults(handler=handler)
 
 
-def add_options(p: argparse.ArgumentParser, cls: type) -> None:
-    """One argument per field of the options dataclass `cls` (`roberta.options`): positional or a
-    flag (`--max-body-kb` for max_body_kb), typed by its annotation, with its default, choices and
-    help. A bool field is a switch (`--no-x` too when it is on by default); a `tuple[str, ...]`
-    field a flag that may be repeated."""
-    kinds = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        meta = dict(f.metadata)
-        help = meta.pop("help").format(default=f.default)
-        if meta.pop("positional", False):
-            p.add_argument(f.name, help=help, **meta)
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if kinds[f.name] is bool:
-            action = argparse.BooleanOptionalAction if f.default else "store_true"
-            p.add_argument(flag, action=action, default=f.default, help=help)
-            continue
-        if kinds[f.name] == tuple[str, ...]:
-            p.add_argument(flag, action="append", default=list(f.default), help=help, **meta)
-            continue
-        kind = next(k for k in (int, float, str) if k in (kinds[f.name], *typing.get_args(kinds[f.name])))
-        choices = getattr(cls, "CHOICES", {}).get(f.name)
-        p.add_argument(flag, type=kind, default=f.default, choices=choices, help=help, **meta)
+def add_options(p: argparse.ArgumentParser, *classes: type, given_only: bool = False) -> None:
+    """One argument per field of each options dataclass in `classes` (`roberta.options`):
+    positional or a flag (`--max-body-kb` for max_body_kb), typed by its annotation, with its
+    default, choices and help, each marked `declared_by` its class. A bool field is a switch
+    (`--no-x` too when it is on by default or may be None); a `tuple[str, ...]` field a flag that may
+    be repeated (or takes `nargs` values). With `given_only` a flag left out is absent from the
+    parsed arguments (the verb tells given from default) and the class is not made at parse time."""
+    for cls in classes:
+        kinds = typing.get_type_hints(cls)
+        groups = {
+            name: p.add_mutually_exclusive_group(required=required)
+            for name, required in getattr(cls, "EXCLUSIVE", {}).items()
+        }
+        for f in dataclasses.fields(cls):
+            meta = dict(f.metadata)
+            target = groups[meta.pop("group")] if "group" in meta else p
+            for action in _add_field(target, cls, f, kinds[f.name], meta, given_only):
+                action.declared_by = cls
+        if not given_only:
+            p.declared = [*getattr(p, "declared", ()), cls]
 
 
-def options_from(args: argparse.Namespace, cls: type):
-    """The options dataclass `cls` from the parsed arguments `add_options` declared."""
+def _add_field(p, cls: type, f: dataclasses.Field, kind, meta: dict, given_only: bool) -> list:
+    declared = None if f.default is dataclasses.MISSING else f.default
+    default = argparse.SUPPRESS if given_only else declared
+    help = meta.pop("help").format(default=declared)
+    if meta.pop("model", False):
+        return _add_model(p, f.name, help, meta, required=f.default is dataclasses.MISSING)
+    if meta.pop("positional", False):
+        return [p.add_argument(f.name, help=help, **meta)]
+    flags = (meta.pop("flag", "--" + f.name.replace("_", "-")), *meta.pop("older", ()))
+    if kind in (bool, bool | None):
+        if "negative" in meta:  # two flags, one each way (--uncased / --cased)
+            negative, negative_help = meta.pop("negative")
+            both = p.add_mutually_exclusive_group()
+            on = both.add_argument(*flags, dest=f.name, action="store_true", default=default, help=help)
+            off = both.add_argument(
+                negative, dest=f.name, action="store_false", default=default, help=negative_help
+            )
+            return [on, off]
+        switch = argparse.BooleanOptionalAction if declared or kind is not bool else "store_true"
+        return [p.add_argument(*flags, dest=f.name, action=switch, default=default, help=help)]
+    if kind == tuple[str, ...]:
+        many = {"nargs": meta.pop("nargs")} if "nargs" in meta else {"action": "append"}
+        listed = default if given_only else list(declared)
+        return [p.add_argument(*flags, dest=f.name, default=listed, help=help, **many, **meta)]
+    typed = next(k for k in (int, float, str) if k in (kind, *typing.get_args(kind)))
+    choices = getattr(cls, "CHOICES", {}).get(f.name)
+    return [
+        p.add_argument(*flags, dest=f.name, type=typed, default=default, choices=choices, help=help, **meta)
+    ]
+
+
+class _OneSpelling(argparse.Action):
+    """The model named once: `--model` and an older spelling of it (a flag, or the positional
+    argument) both given is refused, whichever comes first."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is None:  # the older positional, not given
+            return
+        spelling, key = option_string or self.metavar, f"_spelling_{self.dest}"
+        before = getattr(namespace, key, spelling)
+        if before != spelling:
+            parser.error(f"{before} and {spelling} both name the model: give it once, as {MODEL_FLAG}")
+        setattr(namespace, key, spelling)
+        setattr(namespace, self.dest, values)
+
+
+def _add_model(p, name: str, help: str, meta: dict, required: bool) -> list:
+    """`--model` (and its older flags) for the field `name`, and the older positional argument
+    where the verb took one: then `--model` is required only when the positional is not given."""
+    older, positional = meta.pop("older"), meta.pop("older_positional")
+    spellings = [*older, *([positional] if positional else [])]
+    note = (
+        f" (older spelling{'s' if len(spellings) > 1 else ''}: {', '.join(spellings)})" if spellings else ""
+    )
+    flag = p.add_argument(
+        MODEL_FLAG,
+        *older,
+        dest=name,
+        action=_OneSpelling,
+        default=None,
+        required=required and positional is None,
+        metavar=meta.pop("metavar", "CKPT"),
+        help=help + note,
+    )
+    if positional is None:
+        return [flag]
+    argument = p.add_argument(
+        name, nargs="?", action=_OneSpelling, metavar=positional, help=f"the older spelling of {MODEL_FLAG}"
+    )
+    argument.model_flags = flag.option_strings
+    return [flag, argument]
+
+
+def _older_positional_if_unnamed(p: argparse.ArgumentParser, args) -> None:
+    """The older positional model argument is required, as it always was (so `roberta export CKPT
+    --to onnx OUT` still parses), unless `--model` (or an older flag) names the model: then it may
+    be left out."""
+    for action in p._actions:
+        flags = getattr(action, "model_flags", None)
+        if flags is not None and args is not None:
+            given = {a.split("=", 1)[0] for a in args if a.startswith("-")}
+            named = bool(given & {*flags, "-h", "--help"})
+            action.nargs, action.required = ("?", False) if named else (None, True)
+
+
+def options_from(args: argparse.Namespace, cls: type, where: str | None = None):
+    """The options dataclass `cls` from the parsed arguments `add_options` declared, checked
+    against its rules (a UserError "<where>: field 'x' must be ...")."""
+    from roberta.options import check
+
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
-    return cls(**{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
-
-
-def progress_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def text_corpus_options(p: argparse.ArgumentParser, out_help: str) -> None:
-    """What `prepare` and `train-tokenizer` share: they read text files the same way."""
-    p.add_argument(
-        "inputs",
-        nargs="+",
-        help="text files (plain, .gz, .jsonl, .parquet, .arrow), datasets.save_to_disk folders, "
-        "or directories of such files",
-    )
-    p.add_argument("--out", required=True, help=out_help)
-    p.add_argument(
-        "--text-field",
-        "--jsonl-text-field",
-        dest="text_field",
-        default="text",
-        help="text field of .jsonl records, column of .parquet/.arrow files (default text)",
-    )
-    p.add_argument(
-        "--errors",
-        choices=["strict", "replace"],
-        default="strict",
-        help="invalid UTF-8: stop with an error (strict, default) or substitute U+FFFD (replace)",
-    )
-    progress_option(p)
-
-
-def text_corpus_settings(args: argparse.Namespace) -> dict:
-    """The keyword arguments of `prepare` and `train_tokenizer` that `text_corpus_options` declares."""
-    return {"text_field": args.text_field, "errors": args.errors, "progress": not args.no_progress}
-
-
-def line_file_options(p: argparse.ArgumentParser, input_help: str, out_help: str) -> None:
-    """What `embed` and `predict` share: one text (or pair) per line in, one result per line out."""
-    p.add_argument("--input", required=True, help=input_help)
-    p.add_argument("--out", required=True, help=out_help)
-    p.add_argument(
-        "--truncate", action="store_true", help="cut texts longer than the model's positions (default: error)"
-    )
-    progress_option(p)
-
-
-def hub_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "checkpoint", help="our checkpoint directory, an HF directory, or a fairseq directory / model.pt"
-    )
-    p.add_argument("--checkpoint-file", help="the .pt file inside a fairseq directory (default model.pt)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=2048,
-        help="padded tokens per batch; inputs are sorted by length so batches hold little padding "
-        "(default 2048)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=INFERENCE_PRECISIONS,
-        default="auto",
-        help="fp32; bf16 (autocast: fp32 weights, bf16 matrix products, fp32 outputs); int8 (as "
-        "--int8); auto (default): bf16 on a CPU with AMX or AVX512-BF16 units (or a bf16 GPU), fp32 "
-        "elsewhere, or what ROBERTA_PRECISION says. The choice is printed to stderr",
-    )
-    p.add_argument(
-        "--int8",
-        action="store_true",
-        help="CPU only: run the Linear layers in int8 (dynamic quantization; the speed-up depends on "
-        "the CPU's int8 support), after printing to stderr how close int8 comes to fp32 on the input's "
-        "first batch (embed: cosine of the vectors; predict, fill-mask: share of equal top-1 "
-        "predictions). The same as --precision int8",
-    )
+    options = cls(**{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
+    check(options, where or args.verb)
+    return options
 
 
 def load_hub(args: argparse.Namespace):
@@ -140,7 +171,7 @@ def load_hub(args: argparse.Namespace):
     is `args.precision_line`, which `say_precision` prints once the verb has succeeded (a refusal
     stays one line)."""
     from roberta.hub import check_device, load
-    from roberta.precision import inference_precision, reason
+    from roberta.runtime.precision import inference_precision, reason
 
     if args.batch_tokens < 1:
         raise UserError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
@@ -149,7 +180,7 @@ def load_hub(args: argparse.Namespace):
     # Checked before the checkpoint is read; what `auto` becomes also needs the model's width (below).
     precision = inference_precision(args.precision, args.int8, device)
     if precision == "int8":
-        from roberta.int8 import require_cpu
+        from roberta.runtime.int8 import require_cpu
 
         require_cpu(device)
     roberta = load(args.checkpoint, args.checkpoint_file).to(device)
@@ -171,8 +202,8 @@ def say_precision(args: argparse.Namespace) -> None:
 
 
 def run_line_file(args: argparse.Namespace, run_file: Callable[..., int], noun: str, **options) -> None:
-    """`embed` or `predict` on --input: the options `hub_options` and `line_file_options` declare,
-    then the count of rows written."""
+    """`embed` or `predict` on --input (`HubOptions`, `LineFileOptions` and the verb's --input,
+    --out), then the count of rows written."""
     rows = run_file(
         load_hub(args),
         input=args.input,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from roberta.cli.common import Handler, text_corpus_options, text_corpus_settings
+from roberta.cli.common import Handler, add_options, options_from
 from roberta.errors import UserError
+from roberta.options.corpus import DemoOptions, PrepareOptions, TextCorpusOptions, TrainTokenizerOptions
 
 
 def _demo(p: argparse.ArgumentParser) -> Handler:
@@ -16,20 +17,13 @@ def _demo(p: argparse.ArgumentParser) -> Handler:
     (configs/pretrain-cpu-20min.toml) and a progress bar, then prints fill-mask predictions and
     where curves.png and the checkpoint are.
     """
-    p.add_argument("--seed", type=int, default=0, help="seed for weights, data order and masks (default 0)")
-    p.add_argument("--out", default="demo-run", help="working directory (default ./demo-run)")
-    p.add_argument(
-        "--steps",
-        type=int,
-        help="training steps (default: the recipe's train.max_steps; "
-        "fewer shorten the run, the schedule scaled to fit)",
-    )
-    p.add_argument("--config", help="the pretraining recipe (default: configs/pretrain-cpu-20min.toml)")
+    add_options(p, DemoOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.demo import RECIPE, run_demo
 
-        run_demo(seed=args.seed, out=args.out, steps=args.steps, config=args.config or RECIPE)
+        o = options_from(args, DemoOptions)
+        run_demo(seed=o.seed, out=o.out, steps=o.steps, config=o.config or RECIPE)
 
     return run
 
@@ -42,33 +36,23 @@ def _prepare(p: argparse.ArgumentParser) -> Handler:
     documents. In text files a line is a sentence and a blank line ends a document; a JSON or
     Arrow record is a document, the lines of its --text-field its sentences.
     """
-    text_corpus_options(p, out_help="corpus directory to create")
-    p.add_argument("--tokenizer", required=True, help="tokenizer directory (see `roberta train-tokenizer`)")
-    p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
-    p.add_argument(
-        "--valid-fraction", type=float, default=0.01, help="share of documents held out (default 0.01)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the validation draw (default 0)")
-    p.add_argument("--line-is-document", action="store_true", help="every non-blank line is a document")
-    p.add_argument(
-        "--shard-mb", type=int, default=1024, help="input megabytes per output shard (default 1024)"
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_options(p, TextCorpusOptions, PrepareOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.data.prepare import prepare
 
+        text, o = options_from(args, TextCorpusOptions), options_from(args, PrepareOptions)
         out = prepare(
-            args.inputs,
-            args.tokenizer,
-            args.out,
-            **text_corpus_settings(args),
-            shard_bytes=args.shard_mb << 20,
-            workers=args.workers,
-            valid_fraction=args.valid_fraction,
-            seed=args.seed,
-            line_is_document=args.line_is_document,
-            overwrite=args.overwrite,
+            list(text.inputs),
+            o.tokenizer,
+            o.out,
+            **text.settings(),
+            shard_bytes=o.shard_mb << 20,
+            workers=o.workers,
+            valid_fraction=o.valid_fraction,
+            seed=o.seed,
+            line_is_document=o.line_is_document,
+            overwrite=o.overwrite,
         )
         print(out)
 
@@ -85,28 +69,10 @@ def _train_tokenizer(p: argparse.ArgumentParser) -> Handler:
     [UNK]=3 and [MASK] last, cased unless --uncased. OUT is written to a temporary directory, then
     renamed.
     """
-    text_corpus_options(p, out_help="directory to create (must not exist, or be empty)")
-    p.add_argument("--vocab-size", type=int, required=True, help="at most this many ids, specials included")
-    p.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences for a merge (default 2)")
-    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe", help="the model (default bpe)")
-    case = p.add_mutually_exclusive_group()
-    case.add_argument(
-        "--cased",
-        dest="lowercase",
-        action="store_false",
-        default=False,
-        help="wordpiece: keep case (default)",
-    )
-    case.add_argument("--uncased", dest="lowercase", action="store_true", help="wordpiece: lowercase text")
-    p.add_argument(
-        "--strip-accents",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="wordpiece: remove accents (default: only with --uncased, as BERT)",
-    )
+    add_options(p, TextCorpusOptions, TrainTokenizerOptions)
 
     def run(args: argparse.Namespace) -> None:
-        settings = text_corpus_settings(args)
+        settings = options_from(args, TextCorpusOptions).settings()
         if args.kind == "wordpiece":
             from roberta.tokenizer.training import train_wordpiece
 

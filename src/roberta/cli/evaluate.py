@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from roberta.cli import retrieval as retrieval_cli
 from roberta.cli import tag as tag_cli
 from roberta.cli import winograd as winograd_cli
-from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, print_figures
+from roberta.cli.common import Handler, add_commands, add_options, print_figures
+from roberta.options.tasks import EvaluateGlueOptions, EvaluateSquadOptions, EvaluateStsOptions
 
 
 def _evaluate(p: argparse.ArgumentParser) -> None:
@@ -28,17 +30,7 @@ def _evaluate_glue(p: argparse.ArgumentParser) -> Handler:
     (every prediction, or every label, the same) is null, with a warning; MCC of constant
     predictions and F1 with no positive class anywhere are 0, as scikit-learn has them.
     """
-    # Checked by the handler, so that building the parser imports no task module.
-    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
-    p.add_argument(
-        "--dev",
-        required=True,
-        metavar="FILE",
-        help="labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv",
-    )
-    p.add_argument(
-        "--predictions", required=True, metavar="FILE", help="predictions TSV with a row for every dev index"
-    )
+    add_options(p, EvaluateGlueOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.glue import evaluate_predictions, get_task
@@ -57,14 +49,7 @@ def _evaluate_squad(p: argparse.ArgumentParser) -> Handler:
     without a prediction, scored 0); for v2.0 also HasAns_*/NoAns_* and, with --null-odds,
     best_exact/best_f1 and the thresholds that reach them.
     """
-    p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the dev file")
-    p.add_argument("--dev", required=True, metavar="FILE", help="official dataset JSON, e.g. dev-v2.0.json")
-    p.add_argument("--predictions", required=True, metavar="FILE", help="predictions JSON {id: text}")
-    p.add_argument(
-        "--null-odds",
-        metavar="FILE",
-        help="v2.0 only: JSON {id: null score - best span score}, as the official --na-prob-file",
-    )
+    add_options(p, EvaluateSquadOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.qa.metric import evaluate_squad
@@ -83,23 +68,11 @@ def _evaluate_sts(p: argparse.ArgumentParser) -> Handler:
     vector: a sentence encoder's stored pooling, else --pool, default cls) or a sentence-transformers
     model directory (read by that library, offline: the anchor, e.g. all-MiniLM-L6-v2).
     """
-    p.add_argument(
-        "--model",
-        required=True,
-        help="our checkpoint, an HF or fairseq one, or a sentence-transformers directory",
-    )
-    p.add_argument("--data", required=True, metavar="FILE", help="scored pairs, e.g. STS-B/dev.tsv")
-    p.add_argument(
-        "--columns",
-        default="sentence1,sentence2,score",
-        metavar="A,B,SCORE",
-        help="the two texts' columns and the score's (default sentence1,sentence2,score)",
-    )
-    p.add_argument("--pool", choices=["cls", "mean"], help="our checkpoints: pool the last layer this way")
+    add_options(p, EvaluateStsOptions)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.sts import evaluate_sts
-        from roberta.tasks.embed import Columns
+        from roberta.evaluation.sts import evaluate_sts
+        from roberta.similarity.pairs import Columns
 
         print_figures(
             evaluate_sts(args.model, args.data, Columns.parse(args.columns, "--columns"), args.pool)
@@ -112,6 +85,7 @@ EVALUATE_TASKS = {
     "glue": _evaluate_glue,
     "squad": _evaluate_squad,
     "sts": _evaluate_sts,
+    "retrieval": retrieval_cli.evaluate_retrieval,
     "tag": tag_cli.evaluate_tag,
     **winograd_cli.EVALUATE_TASKS,
 }

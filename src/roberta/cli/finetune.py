@@ -8,11 +8,28 @@ from typing import TYPE_CHECKING
 
 from roberta.cli import tag as tag_cli
 from roberta.cli import winograd as winograd_cli
-from roberta.cli.common import GLUE_TASKS_HELP, Handler, add_commands, add_options, options_from
+from roberta.cli.common import Handler, add_commands, add_options, options_from
 from roberta.options import ProbeOptions
+from roberta.options.finetune import (
+    ClassifyDataOptions,
+    ClassifyTransferOptions,
+    DistillEmbedOptions,
+    DistillLoss,
+    EmbedDataOptions,
+    EmbedPairsOptions,
+    GlueDataOptions,
+    GlueTransferOptions,
+    RaceOptions,
+    RunOptions,
+    SquadOptions,
+    StartOptions,
+    StudentOptions,
+)
+from roberta.options.retrieval import DistillLeverOptions
 
 if TYPE_CHECKING:
     from roberta.tasks.classify import Sentences
+    from roberta.tasks.finetune import Recipe
 
 
 def _finetune(p: argparse.ArgumentParser) -> None:
@@ -27,75 +44,38 @@ def _finetune(p: argparse.ArgumentParser) -> None:
 
 def _finetune_options(p: argparse.ArgumentParser) -> None:
     """Options every `roberta finetune TASK` takes: where it starts, and the run's."""
-    p.add_argument(
-        "--init", required=True, help="checkpoint to start from: ours, an HF directory, or fairseq model.pt"
-    )
-    p.add_argument(
-        "--init-task",
-        help="start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --init: its body, "
-        "a new head",
-    )
+    add_options(p, StartOptions)
     _run_options(p)
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    """The run's options, which `finetune` and `distill` share: its directory, job and members."""
-    p.add_argument(
-        "--out", required=True, help="run directory: checkpoints/, best/, metrics.jsonl, results.json"
-    )
-    p.add_argument("--config", help="job TOML whose fields replace the task's defaults")
-    p.add_argument(
-        "--eval-every",
-        type=int,
-        help="evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)",
-    )
-    p.add_argument(
-        "--seeds", type=int, default=1, help="run N seeds (RUN/seedK) and report the median (default 1)"
-    )
-    p.add_argument(
-        "--sweep", action="store_true", help="the paper's grid: batch {16, 32} x LR {1e-5, 2e-5, 3e-5}"
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in --out from its latest checkpoint (with --seeds/--sweep: every member; "
-        "finished ones are reported as they are)",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace what --out holds (removed only once the whole command has been checked)",
-    )
+    """The run's options, which `finetune` and `distill` share, and its `--section.key=value`
+    overrides."""
+    add_options(p, RunOptions)
     p.set_defaults(overrides=[])
 
 
-def _run_finetune(
-    args: argparse.Namespace,
-    plan_task,
-    lr: float,
-    batch_size: int,
-    epochs: float = 10,
-    extra: tuple = (),
-    start=None,
-) -> None:
-    """The task's recipe (its LR, batch, epochs), the --config file and the overrides, then every
-    member (one run, --seeds or --sweep) planned with `plan_task(job, model, tokenizer, source)`
-    and run from `start` (default: --init, --init-task); prints the summary."""
+def _run_finetune(args: argparse.Namespace, plan_task, recipe: Recipe, start=None) -> None:
+    """The task's recipe, the --config file and the overrides, then every member (one run, --seeds
+    or --sweep) planned with `plan_task(job, model, tokenizer, source)` and run from `start`
+    (default: --model, --init-task); prints the summary."""
     from roberta.io import to_json
-    from roberta.tasks.finetune import Start, finetune, load_finetune_job
+    from roberta.tasks.finetune import Start, finetune, recipe_job
 
-    job = load_finetune_job(
-        args.config, args.overrides, lr, batch_size, epochs, extra=extra, eval_every=args.eval_every
-    )
+    run = options_from(args, RunOptions)
+    job = recipe_job(recipe, run.config, args.overrides, eval_every=run.eval_every)
+    if start is None:
+        begin = options_from(args, StartOptions)
+        start = Start(begin.model, begin.init_task)
     summary = finetune(
         job,
-        args.out,
-        start or Start(args.init, args.init_task),
+        run.out,
+        start,
         plan_task,
-        seeds=args.seeds,
-        sweep=args.sweep,
-        resume=args.resume,
-        overwrite=args.overwrite,
+        seeds=run.seeds,
+        sweep=run.sweep,
+        resume=run.resume,
+        overwrite=run.overwrite,
     )
     print(to_json(summary, indent=2))
 
@@ -126,27 +106,12 @@ def _finetune_classify(p: argparse.ArgumentParser) -> Handler:
 
 def _glue_data_options(p: argparse.ArgumentParser) -> None:
     """What `finetune glue` and `distill glue` read."""
-    p.add_argument("--task", required=True, metavar="T", help=GLUE_TASKS_HELP)
-    p.add_argument(
-        "--data", required=True, metavar="DIR", help="the task's GLUE directory (train.tsv, dev.tsv)"
-    )
+    add_options(p, GlueDataOptions)
 
 
 def _classify_data_options(p: argparse.ArgumentParser) -> None:
     """What `finetune classify` and `distill classify` read, and their recipe."""
-    p.add_argument("--train", required=True, help="training file")
-    p.add_argument("--dev", required=True, help="dev file (its labels must all occur in --train)")
-    p.add_argument("--text-column", required=True, help="column of the text")
-    p.add_argument("--pair-column", help="column of the second text of a pair")
-    p.add_argument("--label-column", required=True, help="column of the label (a class name, or a number)")
-    p.add_argument(
-        "--regression", action="store_true", help="labels are numbers to predict (one output, MSE)"
-    )
-    p.add_argument(
-        "--head", default="classifier", help="name of the head in the checkpoint (default classifier)"
-    )
-    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
-    p.add_argument("--batch-size", type=int, default=16, help="examples per update (default 16)")
+    add_options(p, ClassifyDataOptions)
 
 
 def _glue_sentences(args: argparse.Namespace) -> Sentences:
@@ -158,8 +123,17 @@ def _glue_sentences(args: argparse.Namespace) -> Sentences:
 def _classify_sentences(args: argparse.Namespace) -> Sentences:
     from roberta.tasks.classify import own_sentences
 
-    columns = (args.text_column, args.pair_column, args.label_column)
-    return own_sentences(args.train, args.dev, *columns, args.regression, args.head, args.lr, args.batch_size)
+    o = options_from(args, ClassifyDataOptions)
+    columns = (o.text_column, o.pair_column, o.label_column)
+    return own_sentences(o.train, o.dev, *columns, o.regression, o.head, o.lr, o.batch_size)
+
+
+def _sentences_recipe(sentences: Sentences) -> Recipe:
+    """A sentence task's recipe: its LR and batch (GLUE's per task, --lr and --batch-size for your
+    own data), 10 epochs."""
+    from roberta.tasks.finetune import Recipe
+
+    return Recipe(sentences.lr, sentences.batch_size)
 
 
 def _run_sentences(args: argparse.Namespace, sentences: Sentences) -> None:
@@ -169,7 +143,7 @@ def _run_sentences(args: argparse.Namespace, sentences: Sentences) -> None:
     def plan(job, model, tokenizer, source):
         return plan_sentences(*sentences.read(), job, model, tokenizer, source)
 
-    _run_finetune(args, plan, sentences.lr, sentences.batch_size)
+    _run_finetune(args, plan, _sentences_recipe(sentences))
 
 
 def _finetune_squad(p: argparse.ArgumentParser) -> Handler:
@@ -180,27 +154,17 @@ def _finetune_squad(p: argparse.ArgumentParser) -> Handler:
     the best dev F1 as RUN/best/ and writes its dev answers to RUN/predictions.json (v2.0: at the
     null threshold best on dev, with RUN/null_odds.json).
     """
-    p.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the files")
-    p.add_argument(
-        "--train", required=True, metavar="FILE", help="official training JSON, e.g. train-v1.1.json"
-    )
-    p.add_argument("--dev", required=True, metavar="FILE", help="official dev JSON, e.g. dev-v1.1.json")
-    p.add_argument(
-        "--stride", type=int, default=128, help="context tokens shared by consecutive windows (default 128)"
-    )
-    p.add_argument("--max-query", type=int, default=64, help="question tokens kept (default 64)")
+    add_options(p, SquadOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from functools import partial
 
-        from roberta.qa.windows import SQUAD_MAX_LENGTH
-        from roberta.tasks.squad import SQUAD_BATCH, SQUAD_EPOCHS, SQUAD_LR, plan_squad
+        from roberta.tasks.squad import SQUAD_RECIPE, plan_squad
 
-        files = (args.version, args.train, args.dev)
-        plan = partial(plan_squad, *files, stride=args.stride, max_query=args.max_query)
-        max_length = f"--data.max_length={SQUAD_MAX_LENGTH}"
-        _run_finetune(args, plan, SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (max_length,))
+        o = options_from(args, SquadOptions)
+        plan = partial(plan_squad, o.version, o.train, o.dev, stride=o.stride, max_query=o.max_query)
+        _run_finetune(args, plan, SQUAD_RECIPE)
 
     return run
 
@@ -213,16 +177,16 @@ def _finetune_race(p: argparse.ArgumentParser) -> Handler:
     paper's recipe (LR 1e-5, batch 16, 4 epochs, max length 512); accuracy overall, middle and high
     on dev and test, the best dev accuracy kept as RUN/best/.
     """
-    p.add_argument("--data", required=True, metavar="DIR", help="RACE directory: train/ dev/ [test/]")
-    p.add_argument("--max-qa", type=int, default=128, help="question + option tokens kept (default 128)")
+    add_options(p, RaceOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from functools import partial
 
-        from roberta.tasks.race import RACE_BATCH, RACE_EPOCHS, RACE_LR, plan_race
+        from roberta.tasks.race import RACE_RECIPE, plan_race
 
-        _run_finetune(args, partial(plan_race, args.data, args.max_qa), RACE_LR, RACE_BATCH, RACE_EPOCHS)
+        o = options_from(args, RaceOptions)
+        _run_finetune(args, partial(plan_race, o.data, o.max_qa), RACE_RECIPE)
 
     return run
 
@@ -239,68 +203,31 @@ def _finetune_embed(p: argparse.ArgumentParser) -> Handler:
     hard negative too). The pooling (--pool) is stored in the checkpoint as its `embedding` head:
     `roberta embed`, the hub, `serve` and the HF export use it.
     """
-    _embed_data_options(p)
-    p.add_argument("--pairs", metavar="FILE", help="pairs of texts to train on (instead of --text)")
-    p.add_argument("--text-column", default="sentence1", help="--pairs: column of the first text")
-    p.add_argument("--pair-column", default="sentence2", help="--pairs: column of the second text")
-    p.add_argument("--score-column", help="--pairs: column of a similarity score (CoSENT on their order)")
-    p.add_argument("--negative-column", help="--pairs: column of a hard negative for the first text")
-    p.add_argument(
-        "--temperature", type=float, default=0.05, help="InfoNCE's temperature (SimCSE's 0.05, the default)"
-    )
+    add_options(p, EmbedDataOptions, EmbedPairsOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from functools import partial
 
-        from roberta.tasks.embed import EMBED_BATCH, EMBED_EPOCHS, EMBED_LR, Columns, plan_embedding
+        from roberta.similarity.pairs import Columns
+        from roberta.tasks.embed import EMBED_RECIPE, plan_embedding
 
-        columns = Columns(args.text_column, args.pair_column, args.score_column, args.negative_column)
-        data = _embed_data(args, pairs=args.pairs, columns=columns)
-        plan = partial(plan_embedding, data, args.pool, args.temperature)
-        # SimCSE's positives differ by dropout alone: a checkpoint trained without any gets 0.1.
-        extra = (*EMBED_DEFAULTS, "--model.dropout=0.1", "--model.attention_dropout=0.1")
-        _run_finetune(args, plan, EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, extra)
+        o = options_from(args, EmbedPairsOptions)
+        columns = Columns(o.text_column, o.pair_column, o.score_column, o.negative_column)
+        data, pool = _embed_data(args, pairs=o.pairs, columns=columns)
+        _run_finetune(args, partial(plan_embedding, data, pool, o.temperature), EMBED_RECIPE)
 
     return run
 
 
-# Sentences are short, and a batch of similar lengths would make its negatives easy to tell apart.
-EMBED_DEFAULTS = ("--data.max_length=128", "--data.group_by_length=false")
-
-
-def _embed_data_options(p: argparse.ArgumentParser) -> None:
-    """What `finetune embed` and `distill embed` read: sentences, the dev pairs, the pooling."""
-    p.add_argument(
-        "--text",
-        nargs="+",
-        metavar="PATH",
-        help="sentences, one a line: text files or directories, JSONL, Parquet",
-    )
-    p.add_argument("--max-sentences", type=int, metavar="N", help="the first N sentences of --text only")
-    p.add_argument(
-        "--dev", required=True, metavar="FILE", help="scored pairs for dev evaluation, e.g. STS-B/dev.tsv"
-    )
-    p.add_argument(
-        "--dev-columns",
-        default="sentence1,sentence2,score",
-        metavar="A,B,SCORE",
-        help="--dev's columns: the two texts and the score (default sentence1,sentence2,score)",
-    )
-    p.add_argument(
-        "--pool",
-        choices=["cls", "mean"],
-        help="the sentence vector: <s>, or the mean over tokens (default: the checkpoint's own, else mean)",
-    )
-
-
 def _embed_data(args: argparse.Namespace, pairs=None, columns=None):
-    """What `finetune embed` and `distill embed` read, from their options."""
-    from roberta.tasks.embed import Columns, EmbedData
+    """What `finetune embed` and `distill embed` read, from their options, and the pooling."""
+    from roberta.similarity.pairs import Columns
+    from roberta.tasks.embed import EmbedData
 
-    dev_columns = Columns.parse(args.dev_columns, "--dev-columns")
-    text = tuple(args.text or ())
-    return EmbedData(args.dev, text, pairs, columns or Columns(), dev_columns, args.max_sentences)
+    o = options_from(args, EmbedDataOptions)
+    dev_columns = Columns.parse(o.dev_columns, "--dev-columns")
+    return EmbedData(o.dev, o.text, pairs, columns or Columns(), dev_columns, o.max_sentences), o.pool
 
 
 def _distill(p: argparse.ArgumentParser) -> None:
@@ -319,11 +246,11 @@ def _distill_glue(p: argparse.ArgumentParser) -> Handler:
     """a GLUE task from its standard TSV files, with the task's fine-tuning recipe
 
     Reads DIR/train.tsv and the dev file(s) as `finetune glue` does and distills --teacher (a
-    fine-tuned checkpoint with the head named after the task) into --student with the task's recipe
+    fine-tuned checkpoint with the head named after the task) into --model with the task's recipe
     (LR, batch, 10 epochs), keeping the best dev checkpoint as RUN/best/.
     """
     _glue_data_options(p)
-    _distill_options(p, "a TSV in the task's layout (its label column absent or ignored)")
+    _distill_options(p, GlueTransferOptions)
     return lambda args: _run_distill(args, _glue_sentences(args))
 
 
@@ -331,87 +258,73 @@ def _distill_classify(p: argparse.ArgumentParser) -> Handler:
     """your own sentence(-pair) classification or regression data (CSV, TSV, JSONL, Parquet)
 
     Reads --train and --dev as `finetune classify` does and distills --teacher (fine-tuned on the same
-    labels, its head named --head) into --student.
+    labels, its head named --head) into --model.
     """
     _classify_data_options(p)
-    _distill_options(p, "a file with --text-column (and --pair-column); a label column is ignored")
+    _distill_options(p, ClassifyTransferOptions)
     return lambda args: _run_distill(args, _classify_sentences(args))
 
 
-def _distill_options(p: argparse.ArgumentParser, transfer_help: str) -> None:
+def _distill_options(p: argparse.ArgumentParser, transfer: type) -> None:
     """Options every `roberta distill TASK` takes: the two models, the loss, the run's."""
-    p.add_argument(
-        "--teacher", required=True, help="fine-tuned checkpoint holding the task's head (RUN/best)"
-    )
-    p.add_argument(
-        "--student", required=True, help="checkpoint to start the student from (any shape, same tokenizer)"
-    )
-    p.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T (default 2)")
-    p.add_argument(
-        "--alpha", type=float, default=0.5, help="weight of the soft loss, 1 - alpha the gold's (default 0.5)"
-    )
-    p.add_argument("--transfer", metavar="FILE", help=f"unlabeled examples distilled too: {transfer_help}")
+    add_options(p, DistillLoss, StudentOptions, transfer)
     _run_options(p)
 
 
 def _run_distill(args: argparse.Namespace, sentences: Sentences) -> None:
-    """`distill glue|classify`: the sentence task distilled into --student."""
+    """`distill glue|classify`: the sentence task distilled into the student --model."""
     from roberta.tasks.distill import Distillation, plan_distillation
     from roberta.tasks.finetune import Start
 
-    settings = Distillation(args.teacher, args.temperature, args.alpha)
+    loss = options_from(args, DistillLoss)
+    settings = Distillation(loss.teacher, loss.temperature, loss.alpha)
+    transfer_file = args.transfer
 
     def plan(job, model, tokenizer, source):
         task, train, train_path, dev = sentences.read()
-        transfer = sentences.read_unlabelled(args.transfer) if args.transfer else []
+        transfer = sentences.read_unlabelled(transfer_file) if transfer_file else []
         return plan_distillation(
             task, train, train_path, dev, transfer, settings, job, model, tokenizer, source
         )
 
-    _run_finetune(args, plan, sentences.lr, sentences.batch_size, start=Start(args.student))
+    student = options_from(args, StudentOptions).model
+    _run_finetune(args, plan, _sentences_recipe(sentences), start=Start(student))
 
 
 def _distill_embed(p: argparse.ArgumentParser) -> Handler:
     """a sentence encoder from a sentence-transformers teacher (e.g. all-MiniLM-L6-v2)
 
-    Trains --student (any checkpoint, any tokenizer) to give --teacher's vector for each sentence of
-    --text (squared distance), through a linear map where their widths differ, both stored in the
-    student's `embedding` head. --new-student 2x128 makes the student instead: the teacher's
-    vocabulary, each token's embedding the teacher's vector of that token cut to the width by PCA.
-    The teacher (a sentence-transformers model directory, read offline) encodes the sentences once,
-    cached at RUN/teacher-vectors.npy. --dev's pairs pick RUN/best/ by Spearman, as in `finetune embed`.
+    Trains --model (the student: any checkpoint, any tokenizer) to give --teacher's vector for each
+    sentence of --text, or both texts of each of --pairs (squared distance), through a linear map
+    where their widths differ, both stored in the student's `embedding` head; --similarity-weight
+    adds the teacher's in-batch similarity structure. --new-student 2x128 makes the student instead:
+    the teacher's vocabulary, each token's embedding the teacher's vector of that token cut to the
+    width by PCA. The teacher (a sentence-transformers model directory, read offline) encodes the
+    texts once, cached at RUN/teacher-vectors.npy. --dev's pairs pick RUN/best/ by Spearman, as in
+    `finetune embed`.
     """
-    _embed_data_options(p)
-    p.add_argument("--teacher", required=True, metavar="DIR", help="a sentence-transformers model directory")
-    student = p.add_mutually_exclusive_group(required=True)
-    student.add_argument("--student", help="checkpoint to start the student from (any shape, any tokenizer)")
-    student.add_argument(
-        "--new-student",
-        metavar="LAYERSxWIDTH",
-        help="make the student from the teacher, e.g. 2x128: its vocabulary, its token vectors as the "
-        "embeddings, a head per 64 of width, FFN 4x (the recommended start)",
-    )
+    add_options(p, EmbedDataOptions, DistillEmbedOptions, DistillLeverOptions)
     _run_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from functools import partial
 
-        from roberta.tasks.embed import (
-            DISTILL_EMBED_LR,
-            EMBED_BATCH,
-            EMBED_EPOCHS,
-            plan_embedding_distillation,
-        )
+        from roberta.similarity.pairs import Columns
+        from roberta.tasks.embed import DISTILL_EMBED_RECIPE
+        from roberta.tasks.embed_distill import Similarity, plan_embedding_distillation
         from roberta.tasks.embed_student import NewStudent, StudentShape
         from roberta.tasks.finetune import Start
 
+        o, lever = options_from(args, DistillEmbedOptions), options_from(args, DistillLeverOptions)
         start = (
-            Start(args.student)
-            if args.new_student is None
-            else NewStudent(args.teacher, StudentShape.parse(args.new_student))
+            Start(o.model)
+            if o.new_student is None
+            else NewStudent(o.teacher, StudentShape.parse(o.new_student))
         )
-        plan = partial(plan_embedding_distillation, _embed_data(args), args.teacher, args.pool)
-        _run_finetune(args, plan, DISTILL_EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, EMBED_DEFAULTS, start=start)
+        data, pool = _embed_data(args, lever.pairs, Columns(lever.text_column, lever.pair_column))
+        similarity = Similarity(lever.similarity_weight, lever.similarity_temperature)
+        plan = partial(plan_embedding_distillation, data, o.teacher, pool, similarity=similarity)
+        _run_finetune(args, plan, DISTILL_EMBED_RECIPE, start=start)
 
     return run
 
@@ -428,7 +341,7 @@ def _probe(p: argparse.ArgumentParser) -> Handler:
     add_options(p, ProbeOptions)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.probe import TASKS, probe
+        from roberta.evaluation.probe import TASKS, probe
 
         o = options_from(args, ProbeOptions)
         tasks = TASKS if o.tasks is None else tuple(t.strip() for t in o.tasks.split(",") if t.strip())

@@ -62,7 +62,7 @@ def _export(p: argparse.ArgumentParser) -> Handler:
     add_options(p, ExportOptions)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.onnx_export import export_onnx
+        from roberta.convert.onnx import export_onnx
 
         options = options_from(args, ExportOptions)
         export_onnx(options.checkpoint, options.out, int8=options.int8, tolerance=options.tolerance)

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import argparse
 
-from roberta.cli.common import Handler, print_figures
+from roberta.cli.common import Handler, add_options, options_from, print_figures
 from roberta.errors import UserError
-
-# Recipes, fairseq's (examples/roberta/wsc/README.md, commonsense_qa/README.md): AdamW (0.9, 0.98),
-# weight decay 0.01, polynomial (linear) decay. WSC: LR 2e-5, batch 16, 2000 updates, 250 warmup.
-WSC_LR, WSC_BATCH = 2e-5, 16
-WSC_EXTRA = ("--optim.weight_decay=0.01", "--train.max_steps=2000", "--schedule.warmup_fraction=0.125")
-# CommonsenseQA: LR 1e-5, batch 16, 3000 updates (~5 epochs of 9,741), 150 warmup (5%).
-CSQA_LR, CSQA_BATCH, CSQA_EPOCHS = 1e-5, 16, 5
-# WinoGrande: LR 1e-5, batch 32, warmup 10%.
-WINOGRANDE_LR, WINOGRANDE_BATCH, WINOGRANDE_EPOCHS = 1e-5, 32, 10
-CHOICE_EXTRA = ("--optim.weight_decay=0.01", "--schedule.warmup_fraction=0.05")
-WINOGRANDE_SIZES = ("xs", "s", "m", "l", "xl")
+from roberta.options.tasks import (
+    ChoiceOptions,
+    CommonsenseQAOptions,
+    EvaluateWinogradOptions,
+    WinograndeOptions,
+    WscOptions,
+)
 
 
 def _finetune_wsc(p: argparse.ArgumentParser) -> Handler:
@@ -33,43 +29,36 @@ def _finetune_wsc(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    p.add_argument("--data", required=True, metavar="DIR", help="SuperGLUE WSC: train.jsonl, val.jsonl")
-    p.add_argument(
-        "--wsc273", metavar="FILE", help="WSCollection.xml: WSC273 accuracy at each evaluation too"
-    )
-    p.add_argument("--loss", default="cross-entropy", help="cross-entropy (fairseq's, default) or margin")
-    p.add_argument(
-        "--margin-alpha", type=float, default=1.0, help="margin loss: the hinge's weight (default 1)"
-    )
-    p.add_argument("--margin-beta", type=float, default=0.0, help="margin loss: the margin (default 0)")
+    add_options(p, WscOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from pathlib import Path
 
-        from roberta.tasks.candidate_scoring import Loss, plan_wsc
+        from roberta.tasks.candidate_scoring import WSC_RECIPE, Loss, plan_wsc
         from roberta.tasks.winograd import winograd_sets
 
-        loss = Loss(args.loss, args.margin_alpha, args.margin_beta)
-        data = Path(args.data)
+        o = options_from(args, WscOptions)
+        loss = Loss(o.loss, o.margin_alpha, o.margin_beta)
+        data = Path(o.data)
 
         def plan(job, model, tokenizer, source):
             from roberta.tasks.winograd_data import read_superglue_wsc
 
             train, _ = read_superglue_wsc(data / "train.jsonl", labelled=True)
-            held_out = winograd_sets(args.wsc273, None, data / "val.jsonl")
+            held_out = winograd_sets(o.wsc273, None, data / "val.jsonl")
             sets = {"val": held_out.pop("superglue"), **held_out}
             return plan_wsc(train, sets, loss, job, model, tokenizer, source)
 
-        _run(args, plan, WSC_LR, WSC_BATCH, 0, WSC_EXTRA)
+        _run(args, plan, WSC_RECIPE)
 
     return run
 
 
-def _run(args, plan, lr, batch, epochs, extra) -> None:
+def _run(args, plan, recipe) -> None:
     from roberta.cli.finetune import _run_finetune
 
-    _run_finetune(args, plan, lr, batch, epochs, extra)
+    _run_finetune(args, plan, recipe)
 
 
 def _plan_choice(head: str, layout, read_splits):
@@ -94,26 +83,21 @@ def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    p.add_argument("--data", required=True, metavar="DIR", help="WinoGrande: train_SIZE.jsonl, dev.jsonl")
-    p.add_argument("--size", default="xs", choices=WINOGRANDE_SIZES, help="training size (default xs)")
-    p.add_argument("--method", default="head", choices=["head", "lm"], help="ranking head or masked LM")
-    p.add_argument("--loss", default="margin", help="--method lm: margin (default) or cross-entropy")
-    p.add_argument("--margin-alpha", type=float, default=5.0, help="--method lm: hinge weight (default 5)")
-    p.add_argument("--margin-beta", type=float, default=0.4, help="--method lm: margin (default 0.4)")
+    add_options(p, WinograndeOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from pathlib import Path
 
-        from roberta.tasks.choice import WINOGRANDE, read_winogrande
+        from roberta.tasks.choice import WINOGRANDE, WINOGRANDE_RECIPE, read_winogrande
 
-        data = Path(args.data)
-        train, dev = data / f"train_{args.size}.jsonl", data / "dev.jsonl"
-        extra = (*CHOICE_EXTRA, "--schedule.warmup_fraction=0.1", "--data.max_length=128")
-        if args.method == "lm":
+        o = options_from(args, WinograndeOptions)
+        data = Path(o.data)
+        train, dev = data / f"train_{o.size}.jsonl", data / "dev.jsonl"
+        if o.method == "lm":
             from roberta.tasks.candidate_scoring import Loss
 
-            loss = Loss(args.loss, args.margin_alpha, args.margin_beta)
+            loss = Loss(o.loss, o.margin_alpha, o.margin_beta)
 
             def plan(job, model, tokenizer, source):
                 from roberta.tasks.candidate_scoring import plan_wsc
@@ -128,7 +112,7 @@ def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
                 WINOGRANDE,
                 lambda: {"train": read_winogrande(train), "dev": read_winogrande(dev)},
             )
-        _run(args, plan, WINOGRANDE_LR, WINOGRANDE_BATCH, WINOGRANDE_EPOCHS, extra)
+        _run(args, plan, WINOGRANDE_RECIPE)
 
     return run
 
@@ -144,27 +128,18 @@ def _finetune_commonsenseqa(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    p.add_argument("--train", required=True, metavar="FILE", help="training JSONL (train_rand_split.jsonl)")
-    p.add_argument(
-        "--dev", required=True, metavar="FILE", help="dev JSONL with answers (dev_rand_split.jsonl)"
-    )
+    add_options(p, CommonsenseQAOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.choice import COMMONSENSEQA, read_commonsenseqa
+        from roberta.tasks.choice import COMMONSENSEQA, COMMONSENSEQA_RECIPE, read_commonsenseqa
+
+        o = options_from(args, CommonsenseQAOptions)
 
         def splits():
-            return {"train": read_commonsenseqa(args.train), "dev": read_commonsenseqa(args.dev)}
+            return {"train": read_commonsenseqa(o.train), "dev": read_commonsenseqa(o.dev)}
 
-        extra = (*CHOICE_EXTRA, "--data.max_length=128")
-        _run(
-            args,
-            _plan_choice("commonsenseqa", COMMONSENSEQA, splits),
-            CSQA_LR,
-            CSQA_BATCH,
-            CSQA_EPOCHS,
-            extra,
-        )
+        _run(args, _plan_choice("commonsenseqa", COMMONSENSEQA, splits), COMMONSENSEQA_RECIPE)
 
     return run
 
@@ -180,30 +155,22 @@ def _finetune_choice(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    p.add_argument("--train", required=True, metavar="FILE", help="training file")
-    p.add_argument("--dev", required=True, metavar="FILE", help="dev file")
-    p.add_argument("--question-column", default="question", help="column of the question (default question)")
-    p.add_argument(
-        "--options-column",
-        default="options",
-        help="column holding the list of options, or several columns, comma-separated (default options)",
-    )
-    p.add_argument("--answer-column", default="answer", help="column of the answer (default answer)")
-    p.add_argument("--head", default="choice", help="name of the ranking head (default choice)")
+    add_options(p, ChoiceOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
-        from roberta.tasks.choice import OWN, read_choice_file
+        from roberta.tasks.choice import CHOICE_RECIPE, OWN, read_choice_file
 
-        columns = [c.strip() for c in args.options_column.split(",") if c.strip()]
+        o = options_from(args, ChoiceOptions)
+        columns = [c.strip() for c in o.options_column.split(",") if c.strip()]
 
         def splits():
-            train = read_choice_file(args.train, args.question_column, columns, args.answer_column)
+            train = read_choice_file(o.train, o.question_column, columns, o.answer_column)
             count = len(train[0].options)
-            dev = read_choice_file(args.dev, args.question_column, columns, args.answer_column, count)
+            dev = read_choice_file(o.dev, o.question_column, columns, o.answer_column, count)
             return {"train": train, "dev": dev}
 
-        _run(args, _plan_choice(args.head, OWN, splits), CSQA_LR, CSQA_BATCH, CSQA_EPOCHS, CHOICE_EXTRA)
+        _run(args, _plan_choice(o.head, OWN, splits), CHOICE_RECIPE)
 
     return run
 
@@ -217,16 +184,13 @@ def _evaluate_winograd(p: argparse.ArgumentParser) -> Handler:
     scores more than the other; SuperGLUE WSC: the query predicted true when it scores at least
     every candidate noun phrase of the sentence.
     """
-    p.add_argument("--model", required=True, help="checkpoint with a masked-LM head")
-    p.add_argument("--wsc273", metavar="FILE", help="WSCollection.xml (its first 273 schemas)")
-    p.add_argument("--winogrande", metavar="FILE", help="WinoGrande JSONL with answers (dev.jsonl)")
-    p.add_argument("--superglue", metavar="FILE", help="SuperGLUE WSC JSONL with labels (val.jsonl)")
-    p.add_argument("--wnli", metavar="FILE", help="GLUE WNLI TSV with labels (dev.tsv), read as schemas")
+    add_options(p, EvaluateWinogradOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.winograd import zero_shot
 
-        print_figures(zero_shot(args.model, args.wsc273, args.winogrande, args.superglue, args.wnli))
+        o = options_from(args, EvaluateWinogradOptions)
+        print_figures(zero_shot(o.model, o.wsc273, o.winogrande, o.superglue, o.wnli))
 
     return run
 

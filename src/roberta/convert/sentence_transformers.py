@@ -187,15 +187,15 @@ class SentenceEncoder:
             ours = load_tokenizer(directory)
         except UserError as e:
             raise UserError(
-                f"{self.path}: roberta cannot read the teacher's tokenizer ({e}); give --student, a "
-                "checkpoint with a tokenizer of its own"
+                f"{self.path}: roberta cannot read the teacher's tokenizer ({e}); give --model (the "
+                "student), a checkpoint with a tokenizer of its own"
             ) from None
         theirs = self.model.tokenizer(list(TOKENIZER_CHECK), add_special_tokens=False)["input_ids"]
         for text, want, got in zip(TOKENIZER_CHECK, theirs, ours.tokenize_ids_batch(list(TOKENIZER_CHECK))):
             if list(want) != list(got):
                 raise UserError(
                     f"{directory}: roberta reads the teacher's tokenizer to other ids than the library "
-                    f"({text!r}); give --student, a checkpoint with a tokenizer of its own"
+                    f"({text!r}); give --model (the student), a checkpoint with a tokenizer of its own"
                 )
         return ours
 

@@ -26,13 +26,19 @@ import torch
 from roberta.checkpoint import require_lm_head
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.options.tasks import WscOptions
 from roberta.runtime.batching import pad
-from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, sequence_length
+from roberta.tasks.finetune import Batching, Recipe, Task, batched_objective, mean_loss, sequence_length
 from roberta.tasks.winograd_data import Schema
 from roberta.train.config import JobConfig
 from roberta.train.trainer import EXAMPLES, Batch, Objective
+from roberta.validation import check_value
 
-LOSSES = ("cross-entropy", "margin")
+# fairseq's WSC recipe (examples/roberta/wsc/README.md): AdamW (0.9, 0.98), weight decay 0.01,
+# polynomial (linear) decay, LR 2e-5, batch 16, 2000 updates, 250 warmup.
+WSC_RECIPE = Recipe(
+    2e-5, 16, 0, ("--optim.weight_decay=0.01", "--train.max_steps=2000", "--schedule.warmup_fraction=0.125")
+)
 # Determiners and possessives that start a candidate written at a sentence's start ("The city
 # councilmen"): lowercased where the pronoun stands mid-sentence.
 _CAPITAL_STARTS = frozenset("The A An His Her Their My Our Its Your This That These Those".split())
@@ -40,18 +46,16 @@ _CAPITAL_STARTS = frozenset("The A An His Her Their My Our Its Your This That Th
 
 @dataclass(frozen=True)
 class Loss:
-    """The ranking loss: "cross-entropy" (fairseq's variant) or "margin" (Kocijan et al. 2019,
-    fairseq's defaults alpha 1, beta 0)."""
+    """The ranking loss: "cross-entropy" (fairseq's variant) or "margin" (Kocijan et al. 2019), its
+    defaults and rules `finetune wsc`'s options (`roberta.options.tasks.WscOptions`)."""
 
-    kind: str = "cross-entropy"
-    alpha: float = 1.0
-    beta: float = 0.0
+    kind: str = WscOptions.loss
+    alpha: float = WscOptions.margin_alpha
+    beta: float = WscOptions.margin_beta
 
     def __post_init__(self) -> None:
-        if self.kind not in LOSSES:
-            raise UserError(f"--loss {self.kind!r}: give {' or '.join(LOSSES)}")
-        if self.alpha < 0:
-            raise UserError(f"--margin-alpha must be at least 0, not {self.alpha}")
+        for name, value in (("loss", self.kind), ("margin_alpha", self.alpha), ("margin_beta", self.beta)):
+            check_value(WscOptions, name, value, "loss")
 
     def __call__(self, query: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """The loss of one schema from its query's score (0-d) and its candidates' ([K])."""

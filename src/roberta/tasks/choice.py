@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from roberta.errors import UserError
+from roberta.inputs.rows import read_lines, read_records
 from roberta.model import RobertaModel
 from roberta.runtime.batching import pad
-from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
-from roberta.tasks.rows import read_lines, read_records
+from roberta.tasks.finetune import Batching, Recipe, Task, batched_objective, mean_loss, task_length
 from roberta.train.config import JobConfig
 from roberta.train.trainer import EXAMPLES, Batch, Objective
 
@@ -87,6 +87,17 @@ COMMONSENSEQA = Layout(
 )
 WINOGRANDE = Layout("winogrande", lambda e, o: (None, e.question.replace("_", o, 1)), max_second=10**9)
 OWN = Layout("choice", lambda e, o: (e.question, o))
+
+# Recipes, fairseq's (examples/roberta/commonsense_qa/README.md): AdamW (0.9, 0.98), weight decay
+# 0.01, polynomial (linear) decay. CommonsenseQA: LR 1e-5, batch 16, 3000 updates (~5 epochs of
+# 9,741), 150 warmup (5%); your own data the same. WinoGrande (either method): LR 1e-5, batch 32,
+# warmup 10%.
+CHOICE_OVERRIDES = ("--optim.weight_decay=0.01", "--schedule.warmup_fraction=0.05")
+CHOICE_RECIPE = Recipe(1e-5, 16, 5, CHOICE_OVERRIDES)
+COMMONSENSEQA_RECIPE = Recipe(1e-5, 16, 5, (*CHOICE_OVERRIDES, "--data.max_length=128"))
+WINOGRANDE_RECIPE = Recipe(
+    1e-5, 32, 10, (*CHOICE_OVERRIDES, "--schedule.warmup_fraction=0.1", "--data.max_length=128")
+)
 
 
 def encode_options(

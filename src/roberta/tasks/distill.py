@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from roberta.errors import UserError
 from roberta.io import atomic_write, read_json, write_json
 from roberta.model import RobertaModel
+from roberta.options.finetune import DistillLoss
 from roberta.runtime.batching import pad, sorted_batches
 from roberta.tasks.classify import (
     Example,
@@ -46,26 +46,17 @@ from roberta.train.trainer import Batch, Objective, TrainResult
 
 LOGITS_FILE, LOGITS_INFO = TEACHER_LOGITS
 TEACHER_BATCH = 64  # examples per teacher forward while caching its logits
-# distill has no --init-task: the student starts from --student with its heads, so the remedy is there.
+# distill has no --init-task: the student starts from --model with its heads, so the remedy is there.
 STUDENT_HEAD_HINT = (
-    "distill trains the student's heads as --student holds them: give a --student without this head "
+    "distill trains the student's heads as --model holds them: give a --model without this head "
     "(the pretrained checkpoint it was made from, say) or with one that fits the task"
 )
 
 
 @dataclass(frozen=True)
-class Distillation:
-    """The teacher and how its soft labels mix with the gold ones."""
-
-    teacher: str | Path
-    temperature: float = 2.0
-    alpha: float = 0.5  # weight of the soft loss on labelled examples; 1 - alpha goes to the gold loss
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise UserError(f"--temperature must be a positive number, not {self.temperature}")
-        if not 0 <= self.alpha <= 1:
-            raise UserError(f"--alpha must be between 0 and 1, not {self.alpha}")
+class Distillation(DistillLoss):
+    """The teacher and how its soft labels mix with the gold ones: the fields, their defaults and
+    their rules are `distill`'s options (`roberta.options.finetune.DistillLoss`), checked when made."""
 
     def record(self) -> dict:
         return {"teacher": str(self.teacher), "temperature": self.temperature, "alpha": self.alpha}

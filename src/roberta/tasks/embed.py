@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,74 +40,34 @@ import torch.nn.functional as F
 from roberta.errors import UserError
 from roberta.inputs.text import InputOptions, TrainingText
 from roberta.model import EMBEDDING_HEAD, RobertaModel
+from roberta.options.finetune import SIMCSE_TEMPERATURE, EmbedPairsOptions
 from roberta.runtime.batching import pad
-from roberta.tasks.classify import parse_label
+from roberta.similarity.metric import sts_figures
+from roberta.similarity.pairs import Columns, Pair, read_pairs
 from roberta.tasks.distill import cached_array
-from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, sequence_length
-from roberta.tasks.rows import read_records
+from roberta.tasks.finetune import Batching, Recipe, Task, batched_objective, mean_loss, sequence_length
 from roberta.train import distributed
 from roberta.train.config import JobConfig
 from roberta.train.objective import EXAMPLES, Batch, Objective
 from roberta.train.run_state import TEACHER_VECTORS
+from roberta.validation import check_value
 
-SIMCSE_TEMPERATURE = 0.05  # Gao et al. 2021, for unsupervised and supervised SimCSE alike
 COSENT_SCALE = 20.0  # Su 2022: cosines x 20 inside the log-sum-exp
 # The recipe's defaults: SimCSE's batch 64 and one epoch, at an LR a small model moves with; a
 # student distilled from nothing starts far from its teacher and takes a larger one.
 EMBED_LR, EMBED_BATCH, EMBED_EPOCHS = 3e-5, 64, 1
 DISTILL_EMBED_LR = 5e-4
+# Sentences are short, and a batch of similar lengths would make its negatives easy to tell apart.
+EMBED_DEFAULTS = ("--data.max_length=128", "--data.group_by_length=false")
+# SimCSE's positives differ by dropout alone: a checkpoint trained without any gets 0.1.
+EMBED_RECIPE = Recipe(
+    EMBED_LR,
+    EMBED_BATCH,
+    EMBED_EPOCHS,
+    (*EMBED_DEFAULTS, "--model.dropout=0.1", "--model.attention_dropout=0.1"),
+)
+DISTILL_EMBED_RECIPE = Recipe(DISTILL_EMBED_LR, EMBED_BATCH, EMBED_EPOCHS, EMBED_DEFAULTS)
 TEACHER_BATCH = 64  # sentences per teacher forward while caching its vectors
-
-
-@dataclass(frozen=True)
-class Columns:
-    """The columns of a table of pairs: the two texts, and optionally a score and a hard negative."""
-
-    text: str = "sentence1"
-    pair: str = "sentence2"
-    score: str | None = None
-    negative: str | None = None
-
-    def names(self) -> list[str]:
-        return [c for c in (self.text, self.pair, self.score, self.negative) if c is not None]
-
-    @classmethod
-    def parse(cls, value: str, option: str) -> Columns:
-        """Scored pairs' columns from "A,B,SCORE" (an option's value, named in its error)."""
-        names = [c.strip() for c in value.split(",")]
-        if len(names) != 3 or not all(names):
-            raise UserError(f"{option} {value!r}: give three column names, A,B,SCORE")
-        return cls(*names)
-
-
-@dataclass(frozen=True)
-class Pair:
-    text: str
-    pair: str
-    score: float | None
-    negative: str | None
-
-
-def read_pairs(path: str | Path, columns: Columns) -> list[Pair]:
-    """Every row of a .csv, .tsv, .jsonl, .parquet or .arrow table of pairs, checked: texts must be
-    strings, a score a finite number; a file without rows is refused."""
-    path = Path(path)
-    texts = [c for c in (columns.text, columns.pair, columns.negative) if c is not None]
-    pairs = []
-    for line, record in read_records(path, columns.names(), strings=texts):
-        for column in texts:
-            if not isinstance(record[column], str):
-                raise UserError(
-                    f"{path}:{line}: field {column!r} is {json.dumps(record[column])}, not a string"
-                )
-        score = None
-        if columns.score is not None:
-            score = parse_label(record[columns.score], True, path, line, columns.score)
-        negative = record[columns.negative] if columns.negative is not None else None
-        pairs.append(Pair(record[columns.text], record[columns.pair], score, negative))
-    if not pairs:
-        raise UserError(f"{path}: no pairs")
-    return pairs
 
 
 def read_sentences(inputs: Sequence[str | Path], limit: int | None, progress: bool = True) -> list[str]:
@@ -174,14 +133,6 @@ def embed_loss(model: RobertaModel, batch: Batch, temperature: float) -> dict:
         return {"loss": info_nce(first, second, temperature, negatives)}
     cosines = F.cosine_similarity(first, second, dim=-1)
     return {"loss": cosent(cosines, batch["score"]), EXAMPLES: {"cosine": cosines, "score": batch["score"]}}
-
-
-def sts_figures(cosines: Sequence[float], scores: Sequence[float]) -> dict[str, float]:
-    """Pearson and Spearman of cosines against gold scores (NaN where undefined: fewer than two
-    pairs, or constant values), as GLUE's STS-B metric computes them."""
-    from roberta.tasks.glue import get_task, metrics
-
-    return metrics(get_task("STS-B"), list(map(float, cosines)), list(map(float, scores)))
 
 
 def _metrics(sums: dict[str, float], examples: dict[str, np.ndarray]) -> dict[str, float]:
@@ -389,8 +340,7 @@ def plan_embedding(
 ) -> Task:
     """Contrastive training of `model` (from `source`) into a sentence encoder on `data`, checked and
     encoded; RUN/best/ holds the checkpoint of the best dev Spearman, with its embedding head."""
-    if not (temperature > 0 and np.isfinite(temperature)):
-        raise UserError(f"--temperature must be a positive number, not {temperature}")
+    check_value(EmbedPairsOptions, "temperature", temperature, "finetune embed")
     heads = embedding_heads(model, pool, None, source)
     max_length = sequence_length(job, model, 3, "<s> text </s>")
     check_learnable(data, job)

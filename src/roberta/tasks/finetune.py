@@ -107,6 +107,30 @@ def load_finetune_job(
     return load_job_config(path, list(overrides), data=FinetuneData(), defaults=defaults)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A task's fine-tuning recipe: its LR, batch and epochs over the paper's common defaults, and
+    the job fields it sets beside them (`--section.key=value`). The command line and a Python caller
+    get the same job from it (`recipe_job`); the --config file and the overrides come after it."""
+
+    lr: float
+    batch_size: int
+    epochs: float = 10
+    overrides: tuple[str, ...] = ()
+
+
+def recipe_job(
+    recipe: Recipe,
+    path: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    eval_every: int | None = None,
+) -> JobConfig:
+    """The job `recipe` gives, then the TOML file at `path`, then `overrides` (`load_finetune_job`)."""
+    return load_finetune_job(
+        path, overrides, recipe.lr, recipe.batch_size, recipe.epochs, recipe.overrides, eval_every
+    )
+
+
 def start_model(init: str | Path, init_task: str | Path | None = None) -> tuple[RobertaModel, object]:
     """The model to fine-tune: `init` (ours, HF or fairseq) as it is, or with `init_task` a
     fine-tuned checkpoint whose body is kept and whose heads are dropped (the paper starts RTE,
@@ -160,7 +184,7 @@ def with_model_section(model: RobertaModel, section: ModelSection, source: str |
 
 @dataclass(frozen=True)
 class Start:
-    """Where every member of a command starts: --init, or --init-task's body without its heads."""
+    """Where every member of a command starts: --model, or --init-task's body without its heads."""
 
     init: str | Path
     init_task: str | Path | None = None

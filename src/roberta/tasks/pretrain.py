@@ -339,17 +339,17 @@ def _initial_model(
     if given), for the corpus's vocabulary."""
     specials = corpus.specials
     if init_layers is not None and init_from is None:
-        raise UserError("--init-layers picks layers of --init-from: give --init-from too")
+        raise UserError("--init-layers picks layers of --model: give --model too")
     if init_from is not None:
         from roberta.checkpoint import mark_without_lm_head
         from roberta.convert import load_any
 
         model, init_tokenizer = load_any(init_from)
         if init_tokenizer is not None:
-            check_tokenizer(data, init_tokenizer, what=f"--init-from {init_from}")
+            check_tokenizer(data, init_tokenizer, what=f"--model {init_from}")
         if model.config.vocab_size != specials.vocab_size or model.config.padding_idx != specials.pad_id:
             raise UserError(
-                f"--init-from {init_from}: the model has {model.config.vocab_size} tokens (padding id "
+                f"--model {init_from}: the model has {model.config.vocab_size} tokens (padding id "
                 f"{model.config.padding_idx}), the corpus {specials.vocab_size} (padding id "
                 f"{specials.pad_id})"
             )

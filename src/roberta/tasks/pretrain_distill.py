@@ -4,7 +4,7 @@ the student's last hidden states toward the teacher's; and a student started fro
 teacher's layers (DistilBERT took every other one).
 
     roberta pretrain --config configs/pretrain-tiny.toml --data corpus/ --out runs/student \
-        --teacher runs/big/checkpoints/step-N --init-from runs/big/checkpoints/step-N --init-layers 0,2
+        --teacher runs/big/checkpoints/step-N --model runs/big/checkpoints/step-N --init-layers 0,2
 
 The teacher runs in eval mode without gradients on the very batch the student sees (the same
 masked positions), so a run resumes exactly as any pretraining run does. Held-out evaluation
@@ -14,7 +14,6 @@ reports the student's own masked-LM figures.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,29 +24,15 @@ from roberta.checkpoint import require_lm_head
 from roberta.data.corpus import check_tokenizer
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.options.pretrain import COSINE_WEIGHT, SOFT_WEIGHT, PretrainTeacher  # noqa: F401 (old home)
 from roberta.tasks.distill import soft_kl
-
-# DistilBERT weighs soft targets : masked LM : cosine as 5 : 2 : 1; here relative to the masked
-# LM's weight of 1.
-SOFT_WEIGHT = 2.5
-COSINE_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
-class PretrainDistillation:
-    """The teacher checkpoint and the weights of its two terms beside the masked-LM loss (1)."""
-
-    teacher: str | Path
-    temperature: float = 2.0
-    soft_weight: float = SOFT_WEIGHT
-    cosine_weight: float | None = None  # None: COSINE_WEIGHT where the widths match, else 0
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise UserError(f"--temperature must be a positive number, not {self.temperature}")
-        for flag, value in (("--soft-weight", self.soft_weight), ("--cosine-weight", self.cosine_weight)):
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise UserError(f"{flag} must be a number ≥ 0, not {value}")
+class PretrainDistillation(PretrainTeacher):
+    """The teacher checkpoint and the weights of its two terms beside the masked-LM loss (1): the
+    fields, their defaults (DistilBERT's, `SOFT_WEIGHT`, `COSINE_WEIGHT`) and their rules are
+    `pretrain --teacher`'s options (`roberta.options.pretrain.PretrainTeacher`), checked when made."""
 
     def record(self) -> dict:
         return {k: str(v) if k == "teacher" else v for k, v in dataclasses.asdict(self).items()}

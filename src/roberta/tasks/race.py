@@ -17,7 +17,7 @@ from roberta.errors import UserError
 from roberta.io import read_json
 from roberta.model import RobertaModel
 from roberta.tasks.choice import RACE, ChoiceExample, choice_objective, encode_options
-from roberta.tasks.finetune import Task, task_length
+from roberta.tasks.finetune import Recipe, Task, task_length
 from roberta.tokenizer import Tokenizer
 from roberta.train.config import JobConfig
 from roberta.train.trainer import Objective
@@ -133,6 +133,7 @@ def accuracy_by_level(examples: Sequence[RaceExample], predictions: Sequence[int
 
 # The paper's RACE recipe (Liu et al. 2019, appendix Table 10).
 RACE_LR, RACE_BATCH, RACE_EPOCHS = 1e-5, 16, 4
+RACE_RECIPE = Recipe(RACE_LR, RACE_BATCH, RACE_EPOCHS)
 RACE_HEAD = "race"
 RACE_HEADS = {RACE_HEAD: {"kind": "classification", "num_classes": 1}}  # one score per option
 

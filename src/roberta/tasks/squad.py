@@ -19,15 +19,16 @@ from roberta.qa.decode import apply_null_threshold, choose_null_threshold, decod
 from roberta.qa.examples import SquadExample, check_version, read_squad
 from roberta.qa.metric import squad_scores, write_predictions
 from roberta.qa.predict import predict_windows, window_logits
-from roberta.qa.windows import SquadWindow, make_windows
+from roberta.qa.windows import SQUAD_MAX_LENGTH, SquadWindow, make_windows
 from roberta.runtime.batching import pad
-from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
+from roberta.tasks.finetune import Batching, Recipe, Task, batched_objective, mean_loss, task_length
 from roberta.train import distributed
 from roberta.train.config import JobConfig
 from roberta.train.trainer import BEST_DIR, EXAMPLES, Batch, Objective, TrainResult
 
 # The paper's SQuAD recipe (Liu et al. 2019, appendix Table 10).
 SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS = 1.5e-5, 48, 2
+SQUAD_RECIPE = Recipe(SQUAD_LR, SQUAD_BATCH, SQUAD_EPOCHS, (f"--data.max_length={SQUAD_MAX_LENGTH}",))
 
 
 @dataclass(frozen=True)

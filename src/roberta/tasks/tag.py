@@ -2,7 +2,7 @@
 sub-tokens (or all of them), sentences longer than the model read in overlapping windows, and dev
 (and test) scored by entities as conlleval scores them (`tagging.metric`) with token accuracy.
 
-    roberta finetune tag --init CKPT --train train.txt --dev valid.txt --test test.txt --out RUN
+    roberta finetune tag --model CKPT --train train.txt --dev valid.txt --test test.txt --out RUN
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from roberta.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
+from roberta.options.tasks import TagTrainingOptions
 from roberta.tagging.encoding import (
     IGNORE,
     EncodedSentence,
@@ -30,7 +31,7 @@ from roberta.tagging.encoding import (
 )
 from roberta.tagging.metric import entities, entity_scores
 from roberta.tagging.predict import default_stride
-from roberta.tasks.finetune import Batching, Task, batched_objective, mean_loss, task_length
+from roberta.tasks.finetune import Batching, Recipe, Task, batched_objective, mean_loss, task_length
 from roberta.tasks.tag_data import (
     TagColumns,
     TaggedSentence,
@@ -43,10 +44,23 @@ from roberta.tasks.tag_data import (
 from roberta.train.config import JobConfig
 from roberta.train.trainer import EXAMPLES, Batch, Objective
 
-# HF's token-classification recipe (examples/pytorch/token-classification/run_ner.py: LR 5e-5, 3
-# epochs), at batch 32, with the paper's fine-tuning optimizer (finetune.COMMON_DEFAULTS).
-TAG_LR, TAG_BATCH, TAG_EPOCHS = 5e-5, 32, 3
-TAG_HEAD = "tagger"
+# The recipe's LR, batch and epochs are `finetune tag`'s --lr, --batch-size and --epochs, declared
+# with their source in roberta.options.tasks.
+TAG_LR, TAG_BATCH, TAG_EPOCHS = (
+    TagTrainingOptions.lr,
+    TagTrainingOptions.batch_size,
+    TagTrainingOptions.epochs,
+)
+TAG_HEAD = TagTrainingOptions.head
+# Batches in plain random order, as HF's Trainer draws them: length-grouped batches cost CoNLL-2003
+# 2.4 dev F1 at the same recipe (73.1 vs 75.5; benchmarks/results/2026-11-27-conll-ner.md).
+# --data.group_by_length=true brings them back.
+TAG_SHUFFLED = "--data.group_by_length=false"
+
+
+def tag_recipe(lr: float = TAG_LR, batch_size: int = TAG_BATCH, epochs: float = TAG_EPOCHS) -> Recipe:
+    """The tagging recipe at this LR, batch and epochs, its batches in random order."""
+    return Recipe(lr, batch_size, epochs, (TAG_SHUFFLED,))
 
 
 @dataclass(frozen=True)

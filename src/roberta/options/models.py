@@ -1,45 +1,20 @@
-"""The options of the verbs that are not training jobs, declared once (a training job's options are
-its sections, in `train/config.py`): each field's default, its command-line help and its rule.
-
-The command line is built from these dataclasses (`cli.common.add_options`), the functions below
-take their defaults from them, and `check` refuses a value outside its rule through
-`validation.py`, with the training config's "field 'x' must be ..." message, before anything is
-read or written. Torch-free, so that building the command line imports no torch.
-
-Field metadata: `help` ("{default}" in it is the default), and for the command line `positional`
-(an argument, not a flag), `required`, `metavar`.
-"""
+"""The options of `convert`, `export`, `serve` and `probe`: verbs that read a model (or a run) and
+write or serve something else."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from roberta import validation
+from roberta.options.declare import argument, model_option, option
 
 RUNTIMES = ("torch", "onnx")
-# What a model runs in for inference (roberta.precision): auto picks by the hardware.
+# What a model runs in for inference (roberta.runtime.precision): auto picks by the hardware.
 INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
-
-
-def argument(help: str, **cli) -> object:
-    """A positional argument's field: no default."""
-    return field(metadata={"help": help, "positional": True, **cli})
-
-
-def option(default, help: str, **cli) -> object:
-    """A flag's field with its default; "{default}" in `help` is the default."""
-    return field(default=default, metadata={"help": help, **cli})
-
-
-def check(options: object, verb: str) -> None:
-    """Every field of `options` of its type and within its rule (UserError "<verb>: field 'x' must
-    be ...")."""
-    validation.check_fields(options, verb)
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    src: str = argument("checkpoint to read: directory, or a fairseq model.pt")
+    src: str = model_option("checkpoint to read: directory, or a fairseq model.pt", positional="SRC")
     dst: str = argument("directory to write (replaced atomically if it holds a checkpoint)")
     to: str = option("roberta", "format of DST (default {default})")
     tolerance: float = option(1e-5, "largest allowed output difference (default 1e-5)")
@@ -50,7 +25,7 @@ class ConvertOptions:
 
 @dataclass(frozen=True)
 class ExportOptions:
-    checkpoint: str = argument("our checkpoint, an HF or fairseq directory")
+    checkpoint: str = model_option("our checkpoint, an HF or fairseq directory", positional="CKPT")
     out: str = argument("directory to write (replaced atomically if it holds an export)")
     to: str = option("onnx", "format (default {default})")
     int8: bool = option(False, "also write int8 graphs (onnxruntime dynamic quantization)")
@@ -80,7 +55,9 @@ class ServeOptions:
     fifty thousand one-word texts fit in a megabyte. Each bound is answered with 413 naming its
     option, as text-embeddings-inference and Infinity bound a client's batch."""
 
-    checkpoint: str = argument("our checkpoint, an HF or fairseq directory; with --runtime onnx an export")
+    checkpoint: str = model_option(
+        "our checkpoint, an HF or fairseq directory; with --runtime onnx an export", positional="CKPT"
+    )
     host: str = option("127.0.0.1", "address to bind (default {default}, this machine only)")
     port: int = option(8080, "port (default {default}; 0: any free port, printed at start)")
     runtime: str = option(

@@ -1,0 +1,191 @@
+"""The options of `finetune TASK` and `distill TASK` beside the job's sections: where a run starts,
+the run's own, each task's data, and the losses' settings (which the tasks' dataclasses take from
+here, checked by the same rules)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roberta.options.declare import check, model_option, option
+from roberta.options.inference import POOLS
+
+GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
+SIMCSE_TEMPERATURE = 0.05  # Gao et al. 2021, for unsupervised and supervised SimCSE alike
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """Where `finetune TASK` starts."""
+
+    model: str = model_option(
+        "checkpoint to start from: ours, an HF directory, or fairseq model.pt", older=("--init",)
+    )
+    init_task: str | None = option(
+        None,
+        "start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --model: its body, a new head",
+    )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run's options, which `finetune` and `distill` share: its directory, job and members."""
+
+    out: str = option(None, "run directory: checkpoints/, best/, metrics.jsonl, results.json", required=True)
+    config: str | None = option(None, "job TOML whose fields replace the task's defaults")
+    eval_every: int | None = option(
+        None, "evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)"
+    )
+    seeds: int = option(1, "run N seeds (RUN/seedK) and report the median (default {default})")
+    sweep: bool = option(False, "the paper's grid: batch {{16, 32}} x LR {{1e-5, 2e-5, 3e-5}}")
+    resume: bool = option(
+        False,
+        "continue the run in --out from its latest checkpoint (with --seeds/--sweep: every member; "
+        "finished ones are reported as they are)",
+    )
+    overwrite: bool = option(
+        False, "replace what --out holds (removed only once the whole command has been checked)"
+    )
+
+
+@dataclass(frozen=True)
+class GlueDataOptions:
+    """What `finetune glue` and `distill glue` read."""
+
+    task: str = option(None, GLUE_TASKS_HELP, required=True, metavar="T")
+    data: str = option(None, "the task's GLUE directory (train.tsv, dev.tsv)", required=True, metavar="DIR")
+
+
+@dataclass(frozen=True)
+class ClassifyDataOptions:
+    """What `finetune classify` and `distill classify` read, and their recipe (`tasks.classify`
+    takes its defaults from here)."""
+
+    train: str = option(None, "training file", required=True)
+    dev: str = option(None, "dev file (its labels must all occur in --train)", required=True)
+    text_column: str = option(None, "column of the text", required=True)
+    pair_column: str | None = option(None, "column of the second text of a pair")
+    label_column: str = option(None, "column of the label (a class name, or a number)", required=True)
+    regression: bool = option(False, "labels are numbers to predict (one output, MSE)")
+    head: str = option("classifier", "name of the head in the checkpoint (default {default})")
+    lr: float = option(2e-5, "peak learning rate (default {default})")
+    batch_size: int = option(16, "examples per update (default {default})")
+
+
+@dataclass(frozen=True)
+class SquadOptions:
+    version: str = option(None, "SQuAD version of the files", required=True)
+    train: str = option(None, "official training JSON, e.g. train-v1.1.json", required=True, metavar="FILE")
+    dev: str = option(None, "official dev JSON, e.g. dev-v1.1.json", required=True, metavar="FILE")
+    stride: int = option(128, "context tokens shared by consecutive windows (default {default})")
+    max_query: int = option(64, "question tokens kept (default {default})")
+
+    CHOICES = {"version": ("1.1", "2.0")}
+
+
+@dataclass(frozen=True)
+class RaceOptions:
+    data: str = option(None, "RACE directory: train/ dev/ [test/]", required=True, metavar="DIR")
+    max_qa: int = option(128, "question + option tokens kept (default {default})")
+
+
+@dataclass(frozen=True)
+class EmbedDataOptions:
+    """What `finetune embed` and `distill embed` read: sentences, the dev pairs, the pooling."""
+
+    text: tuple[str, ...] = option(
+        (), "sentences, one a line: text files or directories, JSONL, Parquet", nargs="+", metavar="PATH"
+    )
+    max_sentences: int | None = option(None, "the first N sentences of --text only", metavar="N")
+    dev: str = option(
+        None, "scored pairs for dev evaluation, e.g. STS-B/dev.tsv", required=True, metavar="FILE"
+    )
+    dev_columns: str = option(
+        "sentence1,sentence2,score",
+        "--dev's columns: the two texts and the score (default {default})",
+        metavar="A,B,SCORE",
+    )
+    pool: str | None = option(
+        None, "the sentence vector: <s>, or the mean over tokens (default: the checkpoint's own, else mean)"
+    )
+
+    CHOICES = {"pool": POOLS}
+
+
+@dataclass(frozen=True)
+class EmbedPairsOptions:
+    """`finetune embed`'s pairs and its contrastive loss."""
+
+    pairs: str | None = option(None, "pairs of texts to train on (instead of --text)", metavar="FILE")
+    text_column: str = option("sentence1", "--pairs: column of the first text")
+    pair_column: str = option("sentence2", "--pairs: column of the second text")
+    score_column: str | None = option(None, "--pairs: column of a similarity score (CoSENT on their order)")
+    negative_column: str | None = option(None, "--pairs: column of a hard negative for the first text")
+    temperature: float = option(SIMCSE_TEMPERATURE, "InfoNCE's temperature (SimCSE's {default}, the default)")
+
+    RANGES = {"temperature": ">0"}
+
+
+@dataclass(frozen=True)
+class DistillLoss:
+    """The teacher and how its soft labels mix with the gold ones (Hinton et al. 2015); checked
+    when made, from the command line or from Python (`tasks.distill.Distillation`)."""
+
+    teacher: str = option(None, "fine-tuned checkpoint holding the task's head (RUN/best)", required=True)
+    temperature: float = option(2.0, "softmax temperature T (default {default:g})")
+    # The weight of the soft loss on labelled examples; 1 - alpha goes to the gold loss.
+    alpha: float = option(0.5, "weight of the soft loss, 1 - alpha the gold's (default {default})")
+
+    RANGES = {"temperature": ">0", "alpha": "[0,1]"}
+
+    def __post_init__(self) -> None:
+        check(self, "distill")
+
+
+@dataclass(frozen=True)
+class StudentOptions:
+    """Where `distill glue|classify` starts its student."""
+
+    model: str = model_option(
+        "checkpoint to start the student from (any shape, same tokenizer)", older=("--student",)
+    )
+
+
+@dataclass(frozen=True)
+class GlueTransferOptions:
+    transfer: str | None = option(
+        None,
+        "unlabeled examples distilled too: a TSV in the task's layout (its label column absent or ignored)",
+        metavar="FILE",
+    )
+
+
+@dataclass(frozen=True)
+class ClassifyTransferOptions:
+    transfer: str | None = option(
+        None,
+        "unlabeled examples distilled too: a file with --text-column (and --pair-column); a label "
+        "column is ignored",
+        metavar="FILE",
+    )
+
+
+@dataclass(frozen=True)
+class DistillEmbedOptions:
+    """`distill embed`'s teacher and where its student starts: a checkpoint, or made from the teacher."""
+
+    teacher: str = option(None, "a sentence-transformers model directory", required=True, metavar="DIR")
+    model: str | None = model_option(
+        "checkpoint to start the student from (any shape, any tokenizer)",
+        older=("--student",),
+        default=None,
+        group="student",
+    )
+    new_student: str | None = option(
+        None,
+        "make the student from the teacher, e.g. 2x128: its vocabulary, its token vectors as the "
+        "embeddings, a head per 64 of width, FFN 4x (the recommended start)",
+        metavar="LAYERSxWIDTH",
+        group="student",
+    )
+
+    EXCLUSIVE = {"student": True}
