@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roberta.batching import pad
+from roberta.runtime.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.options.tasks import TagTrainingOptions
