@@ -16,10 +16,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from roberta.runtime.batching import pad
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.options.tasks import TagTrainingOptions
+from roberta.runtime.batching import pad
 from roberta.tagging.encoding import (
     IGNORE,
     EncodedSentence,
