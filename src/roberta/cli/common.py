@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable
 
 from roberta.errors import UserError
-from roberta.options import MODEL_FLAG
+from roberta.options import MODEL_FLAG, check
 
 # What a command runs, given its parsed arguments.
 Handler = Callable[[argparse.Namespace], None]
@@ -143,9 +143,10 @@ def _add_model(p, name: str, help: str, meta: dict, required: bool) -> list:
 
 
 def _older_positional_if_unnamed(p: argparse.ArgumentParser, args) -> None:
-    """The older positional model argument is required, as it always was (so `roberta export CKPT
-    --to onnx OUT` still parses), unless `--model` (or an older flag) names the model: then it may
-    be left out."""
+    """The older positional model argument is required, as it always was, unless `--model` (or an
+    older flag) names the model: then it may be left out. Optional throughout, it would break the
+    older spelling: argparse, given `export CKPT --to onnx OUT`, binds CKPT to OUT when the first
+    positional may be empty."""
     for action in p._actions:
         flags = getattr(action, "model_flags", None)
         if flags is not None and args is not None:
@@ -157,8 +158,6 @@ def _older_positional_if_unnamed(p: argparse.ArgumentParser, args) -> None:
 def options_from(args: argparse.Namespace, cls: type, where: str | None = None):
     """The options dataclass `cls` from the parsed arguments `add_options` declared, checked
     against its rules (a UserError "<where>: field 'x' must be ...")."""
-    from roberta.options import check
-
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
     options = cls(**{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
     check(options, where or args.verb)
