@@ -426,7 +426,7 @@ CASES = [
         "fill-mask/tokenizer-files-edited", "they were replaced or edited", argv=edited_tokenizer_checkpoint
     ),
     Case("fill-mask/no-mask", "exactly one <mask>", argv=hub_cli("fill-mask", "no mask here")),
-    fill_mask_case("zero-batch-tokens", "--batch-tokens must be at least 1", "--batch-tokens", "0"),
+    fill_mask_case("zero-batch-tokens", "field 'batch_tokens' must be at least 1", "--batch-tokens", "0"),
     Case(
         "fill-mask/missing-checkpoint",
         "no such",

@@ -172,8 +172,6 @@ def load_hub(args: argparse.Namespace):
     from roberta.hub import check_device, load
     from roberta.runtime.precision import inference_precision, reason
 
-    if args.batch_tokens < 1:
-        raise UserError(f"--batch-tokens must be at least 1, not {args.batch_tokens}")
     device = check_device(args.device)  # before the minutes a large checkpoint takes to read
     requested = "int8" if args.int8 else args.precision
     # Checked before the checkpoint is read; what `auto` becomes also needs the model's width (below).

@@ -39,6 +39,7 @@ class HubOptions:
     )
 
     CHOICES = {"precision": INFERENCE_PRECISIONS}
+    RANGES = {"batch_tokens": ">=1"}
 
 
 @dataclass(frozen=True)
