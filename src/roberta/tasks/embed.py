@@ -13,7 +13,8 @@ One objective per source of signal:
 - `distill embed --teacher DIR --text FILE|DIR`: the student's vector regressed onto a
   sentence-transformers teacher's for the same sentence (squared error; Reimers and Gurevych
   2020), the teacher's vectors computed once and cached at RUN/teacher-vectors.npy. A
-  student of another width learns a linear map onto the teacher's.
+  student of another width learns a linear map onto the teacher's. Its plan, with `--pairs` and the
+  teacher's in-batch similarity structure, is `tasks/embed_distill.py`'s.
 
 The pooling (`<s>`, or the mean over the tokens) and that map are the model's `embedding` head,
 saved with every checkpoint, so `roberta embed`, the hub's `embed()`, `serve` and the HF export
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 from roberta.errors import UserError
 from roberta.inputs.text import InputOptions, TrainingText
 from roberta.model import EMBEDDING_HEAD, RobertaModel
-from roberta.options.finetune import SIMCSE_TEMPERATURE, EmbedPairsOptions
+from roberta.options.finetune import EmbedPairsOptions
 from roberta.runtime.batching import pad
 from roberta.similarity.metric import sts_figures
 from roberta.similarity.pairs import Columns, Pair, read_pairs
@@ -397,40 +398,3 @@ def texts_hash(texts: Sequence[str]) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
-
-
-def plan_embedding_distillation(
-    data: EmbedData,
-    teacher_dir: str | Path,
-    pool: str | None,
-    job: JobConfig,
-    model: RobertaModel,
-    tokenizer,
-    source: str | Path,
-    progress: bool = True,
-) -> Task:
-    """The student `model` (from `source`) trained to give a sentence-transformers teacher's
-    vectors for the sentences of `data.text`; RUN/best/ holds the best dev Spearman's checkpoint."""
-    from roberta.convert.sentence_transformers import SentenceEncoder
-
-    if data.pairs is not None:
-        raise UserError("distill embed reads sentences (--text): the teacher's vector of each is its label")
-    max_length = sequence_length(job, model, 3, "<s> text </s>")
-    teacher = SentenceEncoder.load(teacher_dir)  # refused before a bar is drawn over the text
-    heads = embedding_heads(model, pool, teacher.dim, source)
-    encoded, sentences = encode_data(data, tokenizer, max_length, progress)
-    cache = TeacherVectors(teacher, sentences, progress)
-    return Task(
-        objective=lambda member, rank, world: embed_objective(
-            encoded, heads, member, tokenizer.pad_id, rank, world, SIMCSE_TEMPERATURE, cache.vectors
-        ),
-        max_length=max_length,
-        run_info={
-            "task": "embed",
-            "objective": "distillation",
-            "teacher": str(teacher_dir),
-            **_run_info(heads, encoded),
-        },
-        prepare=cache.prepare,
-        keep=TEACHER_VECTORS,
-    )
