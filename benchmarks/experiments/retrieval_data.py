@@ -1,6 +1,7 @@
 """The files behind benchmarks/results/2026-11-27-retrieval.md (issue #47).
 
     retrieval_data.py squad --out DIR      SQuAD v1.1 dev in BEIR's layout: each question -> its paragraph
+    retrieval_data.py squad2 --out DIR     SQuAD v2.0 dev: answerable questions, every paragraph (#47)
     retrieval_data.py transfer --out FILE  the distillation pairs of the retrieval students
 
 `squad` writes DIR/corpus.jsonl (`_id`, `title`, `text`: every distinct paragraph once, its title
@@ -37,7 +38,8 @@ WORD = re.compile(r"[a-z0-9]+")
 
 
 def squad_beir(squad: Path, out: Path) -> dict:
-    """SQuAD v1.1's dev JSON as a BEIR directory; the counts written."""
+    """SQuAD's dev JSON as a BEIR directory (v2.0: the answerable questions, every paragraph); the
+    counts written."""
     data = json.loads(squad.read_text(encoding="utf-8"))["data"]
     corpus: dict[str, str] = {}  # paragraph text -> its id
     queries, qrels = [], []
@@ -45,6 +47,8 @@ def squad_beir(squad: Path, out: Path) -> dict:
         for p, paragraph in enumerate(article["paragraphs"]):
             pid = corpus.setdefault(paragraph["context"], f"{a}-{p}")
             for qa in paragraph["qas"]:
+                if qa.get("is_impossible"):  # v2.0's unanswerable questions have no paragraph
+                    continue
                 queries.append({"_id": qa["id"], "text": qa["question"]})
                 qrels.append(f"{qa['id']}\t{pid}\t1\n")
     (out / "qrels").mkdir(parents=True, exist_ok=True)
@@ -136,8 +140,10 @@ def sentence_pairs(data: Path, work: Path, seed: int) -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["squad", "transfer"])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=["squad", "squad2", "transfer"])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--passages", type=int, default=20_000, help="ICT pairs (transfer)")
@@ -145,8 +151,9 @@ def main() -> None:
     parser.add_argument("--no-sentences", action="store_true", help="transfer: passages only")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.what == "squad":
-        print(json.dumps(squad_beir(args.data / "squad" / "dev-v1.1.json", args.out)))
+    if args.what in ("squad", "squad2"):
+        name = "dev-v1.1.json" if args.what == "squad" else "dev-v2.0.json"
+        print(json.dumps(squad_beir(args.data / "squad" / name, args.out)))
         return
     pairs, info = passage_pairs(args.data, args.passages, args.wiki_share, args.seed)
     info["passage_pairs"] = len(pairs)
