@@ -282,3 +282,33 @@ def test_a_killed_tagging_run_resumes_bit_identically(conll, tmp_path):
     final = "checkpoints/step-00000018/model.safetensors"
     a, b = load_file(whole / final), load_file(killed / final)
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+
+def test_the_embedding_updated_by_rows_trains_bit_identically_to_the_dense_update(
+    conll, tmp_path, monkeypatch
+):
+    """Fine-tuning updates the token embedding by the rows each batch looked up (`optim.AdamW`,
+    the embedding's sparse gradient): the losses, dev figures and weights of a run are those of
+    the dense gradient and update, to the last bit."""
+    from roberta.train import optim, trainer
+
+    calls = []
+    step_rows = optim.AdamW._step_rows
+    monkeypatch.setattr(optim.AdamW, "_step_rows", lambda *a: calls.append(1) or step_rows(*a))
+    assert main(finetune(conll, tmp_path / "rows", "--train.max_steps=8", "--eval-every", "4")) == 0
+    assert len(calls) == 8  # every update took the row path
+    monkeypatch.setattr(trainer, "row_updates", lambda *args: False)
+    assert main(finetune(conll, tmp_path / "dense", "--train.max_steps=8", "--eval-every", "4")) == 0
+    assert len(calls) == 8
+
+    def figures(run):
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]
+
+    assert figures(tmp_path / "rows") == figures(tmp_path / "dense")
+    final = "checkpoints/step-00000008/model.safetensors"
+    a, b = load_file(tmp_path / "rows" / final), load_file(tmp_path / "dense" / final)
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    assert not a["embed_tokens.weight"].equal(
+        load_file(conll["ckpt"] / "model.safetensors")["embed_tokens.weight"]
+    )

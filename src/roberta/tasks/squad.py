@@ -124,6 +124,7 @@ def squad_objective(
             "dev": tuple(squad_scores(dev_examples, {}, task.version, {} if task.version == "2.0" else None))
         },
         counts=lambda batch: {} if "window" in batch else {"loss": len(batch["tokens"])},
+        row_updates=True,
     )
 
 

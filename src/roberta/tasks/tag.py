@@ -176,6 +176,7 @@ def tag_objective(
         best_metric="f1" if data.scheme != "none" else "accuracy",
         figures={name: _figures(s.gold, data.scheme) for name, s in held_out.items()},
         counts=lambda batch: {} if "window" in batch else {"loss": int(batch["labels"].ne(IGNORE).sum())},
+        row_updates=True,
     )
 
 

@@ -35,6 +35,8 @@ class Objective:
     figures: every figure an evaluation reports, named as `best_metric` is, known before
         training so that a `train.best_metric` outside them is refused before the run starts
         (empty: not declared, checked at the first evaluation).
+    row_updates: the loss never reads the masked-LM head (whose weight is the token embedding),
+        so the trainer may update the embedding by the rows a batch looked up (`optim.AdamW`).
     """
 
     name: str
@@ -50,3 +52,4 @@ class Objective:
     best_metric: str | None = None
     higher_is_better: bool = True
     figures: tuple[str, ...] = ()
+    row_updates: bool = False

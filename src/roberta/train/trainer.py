@@ -47,7 +47,7 @@ from roberta.train.metrics import (
     read_metrics,
 )
 from roberta.train.objective import EXAMPLES, Batch, Objective
-from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
+from roberta.train.optim import build_optimizer, learning_rate, row_updates, set_learning_rate
 from roberta.train.precision import LossScaler, autocast, resolve_precision
 
 JOB_FILE = "job.json"
@@ -231,6 +231,7 @@ def train(
                 _write_checkpoint(run)
             run_state.fault_point(f"step-{run.step}")
     finally:
+        model.embed_tokens.sparse = False
         run.metrics.bar.close()
         if run.metrics.log:
             run.metrics.log.close()
@@ -265,6 +266,10 @@ def _start(
     module = distributed.wrap(_TaskModule(model, objective.loss), model.layers, cfg.parallel, placement)
     optimizer = build_optimizer(module, plan.job.optim)
     precision = resolve_precision(cfg.precision, placement.device, model.config.hidden_size)
+    # The embedding's gradient as the rows looked up (torch's sparse gradient), updated by rows.
+    model.embed_tokens.sparse = row_updates(
+        objective.row_updates, plan.job.optim, placement.world_size, precision
+    )
     metrics = TrainingMetrics(
         objective.flops_per_token(model.config),
         peak_flops(placement.device, precision, cfg.peak_tflops) * placement.world_size,
