@@ -262,6 +262,10 @@ def _as_output(h: Tensor, select: Tensor | str | None, unpadded: Unpadded | None
     return unpadded.pad(h) if unpadded is not None else h
 
 
+def _cpu_autocast(tokens: Tensor) -> bool:
+    return tokens.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+
+
 class EncoderOutput(NamedTuple):
     last_hidden_state: Tensor
     # Embedding output first, then every layer's output; None unless asked for.
@@ -334,7 +338,10 @@ class RobertaModel(nn.Module):
         x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
         x = self.dropout(self.embed_layer_norm(x))  # [B, T, H]
         hidden_states = [x] if return_all_hiddens else None
-        unpadded = Unpadded.of(padding) if unpad and attn_mask is not None else None
+        # Under CPU autocast (bf16 products in oneDNN), the computed rows in few sizes, where the
+        # output is the selected rows alone (`Unpadded.of`).
+        bucketed = select is not None and not return_all_hiddens and _cpu_autocast(tokens)
+        unpadded = Unpadded.of(padding, bucketed) if unpad and attn_mask is not None else None
         if unpadded is not None:
             x = unpadded.unpad(x)  # [N_real, H]
         selected = self._selected(select, padding, unpadded)

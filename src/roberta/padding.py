@@ -24,8 +24,20 @@ class Unpadded(NamedTuple):
     length: int
 
     @classmethod
-    def of(cls, padding: torch.Tensor) -> Unpadded:
-        return cls((~padding).flatten().nonzero().squeeze(1), *padding.shape)
+    def of(cls, padding: torch.Tensor, bucketed: bool = False) -> Unpadded:
+        """`bucketed`: the real rows and as many padding rows (the first in flat order) as round
+        the count up to one of few sizes (`bucket_rows`). oneDNN, which runs bf16 matrix products
+        on a CPU, builds a kernel for each new shape (8 ms a product, measured on the AMX host:
+        benchmarks/results/2026-11-27-finetune-speed-tag-squad.md), so a row count that differs
+        in every batch cost more than the products. A padding row's output is never read and
+        its gradient is zero (attention masks it as a key), so the real rows' numbers are those
+        of the exact count, to rounding."""
+        real = ~padding.flatten()
+        if bucketed:
+            extra = min(bucket_rows(int(real.sum())), real.numel()) - int(real.sum())
+            real = real.clone()
+            real[(~real).nonzero().squeeze(1)[:extra]] = True
+        return cls(real.nonzero().squeeze(1), *padding.shape)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         return x.flatten(0, 1)[self.index]
@@ -34,6 +46,13 @@ class Unpadded(NamedTuple):
         """[N, ...] → [B, T, ...], zeros at the padding."""
         out = x.new_zeros(self.batch * self.length, *x.shape[1:])
         return out.index_copy_(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
+
+
+def bucket_rows(n: int) -> int:
+    """`n` rounded up to a multiple of a quarter of its power of two (640, 768, 896, 1024, 1280,
+    ...; 16 at least): four sizes an octave, at most a quarter more rows."""
+    step = max(16, 1 << max(n.bit_length() - 3, 0))
+    return -(-n // step) * step
 
 
 class Layout(NamedTuple):

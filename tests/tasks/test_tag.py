@@ -312,3 +312,62 @@ def test_the_embedding_updated_by_rows_trains_bit_identically_to_the_dense_updat
     assert not a["embed_tokens.weight"].equal(
         load_file(conll["ckpt"] / "model.safetensors")["embed_tokens.weight"]
     )
+
+
+def test_bf16_rows_in_few_sizes_give_the_exact_rows_loss_to_rounding(shared_data, monkeypatch):
+    """Under CPU autocast the layers compute the real rows plus padding rows, and the last layer
+    the labelled rows plus unlabelled real ones, in few sizes (oneDNN builds a kernel per shape):
+    the loss and gradients are those of the exact rows, to bf16's rounding."""
+    import roberta.padding
+    import roberta.tasks.tag as tag
+    from roberta.padding import Unpadded, bucket_rows
+    from roberta.runtime.batching import pad
+
+    hub = tagger_hub(shared_data)
+    model = training_copy(hub.model)
+    tokenizer = hub.tokenizer
+    conll = read_tagged(shared_data / "conll2003" / "train.txt")[:24]
+    encoded = encode_words(tokenizer, [s.words for s in conll])
+    labels = [token_labels(e, [k % len(LABELS) for k in range(len(e.first))]) for e in encoded]
+    windows = make_windows(encoded, tokenizer.bos_id, tokenizer.eos_id, 128, 32, labels)
+    batch = {
+        "tokens": pad([w.tokens for w in windows], tokenizer.pad_id),
+        "labels": pad([w.labels for w in windows], IGNORE),
+    }
+    real, chosen = batch["tokens"].ne(tokenizer.pad_id), batch["labels"].ne(IGNORE)
+    select = tag._bucketed(chosen, real)
+    assert (select & chosen).equal(chosen) and not (select & ~real).any()
+    assert int(select.sum()) == min(bucket_rows(int(chosen.sum())), int(real.sum())) > int(chosen.sum())
+    unpadded = Unpadded.of(~real, bucketed=True)
+    assert len(unpadded.index) == bucket_rows(int(real.sum())) > int(real.sum())
+    assert unpadded.index.diff().gt(0).all() and real.flatten()[unpadded.index].sum() == real.sum()
+
+    def loss_and_grads():
+        model.zero_grad()
+        torch.manual_seed(0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = tag._loss("ner", tokenizer.pad_id, model, batch)["loss"]
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    bucketed, bucketed_grads = loss_and_grads()
+    monkeypatch.setattr(roberta.padding, "bucket_rows", lambda n: n)
+    monkeypatch.setattr(tag, "bucket_rows", lambda n: n)
+    exact, exact_grads = loss_and_grads()
+    assert bucketed.item() == pytest.approx(exact.item(), rel=1e-2)
+    for a, b in zip(bucketed_grads, exact_grads):
+        assert torch.allclose(a, b, rtol=0.05, atol=0.05 * b.abs().max().item())
+
+
+def training_copy(model):
+    """A training copy of a hub's model (dropout 0.1), the hub's own left in eval mode."""
+    import copy
+    import dataclasses
+
+    from roberta.model import RobertaModel
+
+    config = dataclasses.replace(model.config, dropout=0.1, attention_dropout=0.1)
+    trained = RobertaModel(config)
+    trained.heads["ner"] = copy.deepcopy(model.heads["ner"])
+    trained.load_state_dict(model.state_dict())
+    return trained.train()

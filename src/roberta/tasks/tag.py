@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.options.tasks import TagTrainingOptions
+from roberta.padding import bucket_rows
 from roberta.runtime.batching import pad
 from roberta.tagging.encoding import (
     IGNORE,
@@ -105,9 +106,24 @@ def _loss(head: str, pad_id: int, model: RobertaModel, batch: Batch) -> dict:
         return {EXAMPLES: {"window": batch["window"], "set": batch["set"], "logits": logits}}
     labels = batch["labels"]
     chosen = labels.ne(IGNORE)
-    hidden = model(tokens, unpad=True, select=chosen).last_hidden_state
+    select = _bucketed(chosen, tokens.ne(pad_id)) if torch.is_autocast_enabled("cpu") else chosen
+    hidden = model(tokens, unpad=True, select=select).last_hidden_state
+    if select is not chosen:
+        hidden = hidden[chosen[select]]
     logits = model.heads[head](hidden).float()
     return {"loss": F.cross_entropy(logits, labels[chosen], reduction="sum")}
+
+
+def _bucketed(chosen: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The labelled positions and as many unlabelled real ones (`<s>`, `</s>`, later sub-tokens;
+    the first in flat order) as round their count up to one of few sizes: the last layer's bf16
+    products then come in few shapes, each built once by oneDNN (`padding.Unpadded.of`). The extra
+    rows' outputs are dropped before the head, so the loss is the exact selection's to rounding."""
+    n = int(chosen.sum())
+    spare = (real & ~chosen).flatten().nonzero().squeeze(1)[: bucket_rows(n) - n]
+    select = chosen.flatten().clone()
+    select[spare] = True
+    return select.view_as(chosen)
 
 
 def predicted_tags(held_out: TagSet, labels: Sequence[str], windows: np.ndarray, logits: np.ndarray) -> list:
