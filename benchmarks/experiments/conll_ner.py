@@ -7,6 +7,7 @@ seqeval on the whole sentences), and draws the dev F1 curves.
 
     python benchmarks/experiments/conll_ner.py random-init CKPT OUT
     python benchmarks/experiments/conll_ner.py hf HF_DIR OUT --lr 5e-4 --batch 32 --epochs 5 --eval-every 220
+    python benchmarks/experiments/conll_ner.py ours CKPT OUT [--prefix-space] [finetune tag options]
     python benchmarks/experiments/conll_ner.py tag-speed CKPT HF_DIR --texts 1000 --batch-size 32
     python benchmarks/experiments/conll_ner.py plot PNG NAME=RUN [NAME=RUN ...]
 """
@@ -146,6 +147,23 @@ def hf_run(
     print(json.dumps({k: v for k, v in record.items() if k != "dev_curve"}, indent=2))
 
 
+def ours_run(ckpt: Path, out: Path, prefix_space: bool, options: list[str]) -> None:
+    """`roberta finetune tag` on CoNLL-2003 in this process; with `prefix_space`, the words
+    encoded with a space before each sentence's first word too (HF's `add_prefix_space=True`;
+    `encoding.encode_words`'s `prefix_space`, which `finetune tag` does not use, since `tag(text)`
+    reads running text without it): the parity experiment's one change."""
+    import functools
+
+    import roberta.tasks.tag as tag
+    from roberta.cli import main as cli
+
+    if prefix_space:
+        tag.encode_words = functools.partial(tag.encode_words, prefix_space=True)
+    files = [f"--{name}={DATA / f'{split}.txt'}" for name, split in (("train", "train"), ("dev", "valid"))]
+    argv = ["finetune", "tag", "--init", str(ckpt), "--out", str(out), *files, f"--test={DATA / 'test.txt'}"]
+    raise SystemExit(cli([*argv, *options]))
+
+
 def tag_speed(ckpt: Path, hf_dir: Path, count: int, batch_size: int, slices: int) -> None:
     """`tag()` beside HF's token-classification pipeline (aggregation_strategy="simple", batched)
     on the same model: CoNLL-2003 test sentences as running text, alternating slices, texts/s."""
@@ -232,6 +250,10 @@ def main() -> None:
     h.add_argument("--eval-every", type=int, default=220)
     h.add_argument("--seed", type=int, default=1)
     h.add_argument("--limit", type=int, default=0, help="the first N sentences of each split (a smoke run)")
+    o = sub.add_parser("ours")
+    o.add_argument("ckpt", type=Path)
+    o.add_argument("out", type=Path)
+    o.add_argument("--prefix-space", action="store_true", help="a space before the first word too")
     t = sub.add_parser("tag-speed")
     t.add_argument("ckpt", type=Path)
     t.add_argument("hf_dir", type=Path)
@@ -241,13 +263,17 @@ def main() -> None:
     g = sub.add_parser("plot")
     g.add_argument("png", type=Path)
     g.add_argument("runs", nargs="+")
-    args = p.parse_args()
+    args, rest = p.parse_known_args()  # `ours`: the rest are `finetune tag` options
+    if rest and args.what != "ours":
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.what == "random-init":
         random_init(args.ckpt, args.out)
     elif args.what == "hf":
         hf_run(
             args.hf_dir, args.out, args.lr, args.batch, args.epochs, args.eval_every, args.seed, args.limit
         )
+    elif args.what == "ours":
+        ours_run(args.ckpt, args.out, args.prefix_space, rest)
     elif args.what == "tag-speed":
         tag_speed(args.ckpt, args.hf_dir, args.texts, args.batch_size, args.slices)
     else:

@@ -35,10 +35,17 @@ class EncodedSentence:
     first: np.ndarray  # int64 [words]
 
 
-def word_ids(tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[list[int]]]:
-    """Each word's token ids, per sentence (one tokenizer call for all words)."""
+def word_ids(
+    tokenizer, sentences: Sequence[Sequence[str]], prefix_space: bool = False
+) -> list[list[list[int]]]:
+    """Each word's token ids, per sentence (one tokenizer call for all words); `prefix_space` puts
+    a space before a byte-level BPE sentence's first word too (HF's `add_prefix_space=True`)."""
     byte_level = tokenizer.kind in ("gpt2", "hf")
-    flat = [(" " + w if byte_level and k > 0 else w) for words in sentences for k, w in enumerate(words)]
+    flat = [
+        (" " + w if byte_level and (k > 0 or prefix_space) else w)
+        for words in sentences
+        for k, w in enumerate(words)
+    ]
     pieces = tokenizer.tokenize_ids_batch(flat) if flat else []
     out, at = [], 0
     for words in sentences:
@@ -47,10 +54,12 @@ def word_ids(tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[list[in
     return out
 
 
-def encode_words(tokenizer, sentences: Sequence[Sequence[str]]) -> list[EncodedSentence]:
-    """`EncodedSentence` of each sentence of words."""
+def encode_words(
+    tokenizer, sentences: Sequence[Sequence[str]], prefix_space: bool = False
+) -> list[EncodedSentence]:
+    """`EncodedSentence` of each sentence of words (`prefix_space`: see `word_ids`)."""
     encoded = []
-    for pieces in word_ids(tokenizer, sentences):
+    for pieces in word_ids(tokenizer, sentences, prefix_space):
         counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         ids = np.fromiter((i for p in pieces for i in p), dtype=np.int32, count=int(counts.sum()))
         word = np.repeat(np.arange(len(pieces), dtype=np.int32), counts)
