@@ -53,7 +53,9 @@ def _loss(task: SquadTask, pad_id: int, model: RobertaModel, batch: Batch) -> di
     """(CE(start) + CE(end)) / 2 per window, as HF's QA head; for v2.0 plus CE of the answerable
     classifier on `<s>` (the paper sums the two losses). A dev batch gives its logits instead."""
     tokens = batch["tokens"]
-    hidden = model(tokens).last_hidden_state
+    # The layers compute the real tokens only (padding's logits are masked out below): a training
+    # batch's padding, and a dev batch's fixed 384-token width, cost nothing but in attention.
+    hidden = model(tokens, unpad=True).last_hidden_state
     start, end = window_logits(model, task.name, hidden, tokens, pad_id)
     if "window" in batch:
         return {EXAMPLES: {"window": batch["window"], "start": start, "end": end}}
