@@ -282,6 +282,12 @@ class TrainingMetrics:
         )
         self.window = Window()
 
+    def close(self) -> None:
+        """The bar and metrics.jsonl (and the trackers) closed, as the run ends or fails."""
+        self.bar.close()
+        if self.log:
+            self.log.close()
+
     def mfu(self, rate: float) -> float | None:
         """Achieved FLOP/s over the peak (0.0: no peak known). A CPU peak timed while a neighbour held
         the cores is too low, so MFU past 100% remeasures it; if it is still past 100%, the peak

@@ -232,9 +232,7 @@ def train(
             run_state.fault_point(f"step-{run.step}")
     finally:
         model.embed_tokens.sparse = False
-        run.metrics.bar.close()
-        if run.metrics.log:
-            run.metrics.log.close()
+        run.metrics.close()
     if placement.is_main:
         _write_results(run_dir, _job_record(plan.job, model), objective, run.checkpointer.best)
     return TrainResult(
