@@ -1,9 +1,10 @@
 """`GET /openapi.json`: an OpenAPI 3.1 document of the served paths, written out as plain dicts.
 
 The request schemas are written from `shapes.REQUESTS`, the declaration `endpoints.parse_*` read
-through (and refuse with 400 otherwise); the answer schemas say what `endpoints` answer. The
-document lists the application's routes, and only them: a route without an operation here fails
-the application's construction, so the two cannot drift.
+through (and refuse with 400 otherwise); the answer schemas from `shapes.ANSWERS`, the typed dicts
+`endpoints` and `app` build their answers as. The document lists the application's routes, and
+only them: a route without an operation here fails the application's construction, so the two
+cannot drift.
 """
 
 from __future__ import annotations
@@ -13,132 +14,18 @@ from importlib.metadata import version
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from roberta.options import RUNTIMES
 from roberta.serve import shapes
 from roberta.serve.auth import OPEN_PATHS
-from roberta.serve.shapes import BOOLEAN, INTEGER, NUMBER, STRING, request_schema
+from roberta.serve.shapes import STRING, answer_schema, request_schema
 
-
-def _object(properties: dict, required: tuple[str, ...] = (), **rest) -> dict:
-    return {
-        "type": "object",
-        "properties": properties,
-        **({"required": list(required)} if required else {}),
-        **rest,
-    }
-
-
-def _array(items: dict, **rest) -> dict:
-    return {"type": "array", "items": items, **rest}
-
-
-VECTORS = _array(_array(NUMBER), description="one vector per text, in order")
-
-ERROR = _object(
-    {"error": {**STRING, "description": "what was refused, in one line of at most 300 characters"}},
-    ("error",),
-)
+# Every refusal's answer (4xx, 5xx).
+ERROR = answer_schema(shapes.Refusal)
 
 # What each POST endpoint reads: written from the one declaration the parsers read (`shapes`).
 REQUESTS = {path: request_schema(path) for path in shapes.REQUESTS}
 
-PREDICTION = {
-    "oneOf": [
-        _object(
-            {"label": STRING, "probabilities": {"type": "object", "additionalProperties": NUMBER}},
-            ("label", "probabilities"),
-        ),
-        _object({"score": NUMBER}, ("score",), description="a one-output (regression) head"),
-    ]
-}
-ANSWERS = {
-    "/fill-mask": _object(
-        {
-            "fillings": _array(
-                _array(
-                    _object(
-                        {"sequence": STRING, "score": NUMBER, "token": STRING}, ("sequence", "score", "token")
-                    )
-                )
-            )
-        },
-        ("fillings",),
-    ),
-    "/embed": _object({"embeddings": VECTORS}, ("embeddings",)),
-    "/v1/embeddings": _object(
-        {
-            "object": {**STRING, "const": "list"},
-            "data": _array(
-                _object(
-                    {
-                        "object": {**STRING, "const": "embedding"},
-                        "index": INTEGER,
-                        "embedding": {
-                            "oneOf": [_array(NUMBER), {**STRING, "description": "encoding_format base64"}]
-                        },
-                    },
-                    ("object", "index", "embedding"),
-                )
-            ),
-            "model": STRING,
-            "usage": _object({"prompt_tokens": INTEGER, "total_tokens": INTEGER}),
-        },
-        ("object", "data", "model", "usage"),
-    ),
-    "/predict": _object({"head": STRING, "predictions": _array(PREDICTION)}, ("head", "predictions")),
-    "/answer": _object(
-        {
-            "answers": _array(
-                _object(
-                    {"text": STRING, "score": NUMBER, "start": {**INTEGER, "description": "in context"}},
-                    ("text", "score", "start"),
-                )
-            )
-        },
-        ("answers",),
-    ),
-    "/tag": _object(
-        {
-            "head": STRING,
-            "entities": _array(
-                _array(
-                    _object(
-                        {
-                            "type": STRING,
-                            "text": STRING,
-                            "start": {**INTEGER, "description": "first character, in the text"},
-                            "end": {**INTEGER, "description": "past the last character"},
-                            "score": NUMBER,
-                        },
-                        ("type", "text", "start", "end", "score"),
-                    ),
-                    description="one list per text, in order",
-                )
-            ),
-        },
-        ("head", "entities"),
-    ),
-    "/health": _object({"status": {**STRING, "const": "ok"}}, ("status",)),
-    "/info": _object(
-        {
-            "model": STRING,
-            "runtime": {**STRING, "enum": list(RUNTIMES)},
-            "precision": {**STRING, "enum": ["fp32", "bf16", "int8"]},
-            "device": STRING,
-            "shape": {"type": "object", "additionalProperties": INTEGER},
-            "fill_mask": BOOLEAN,
-            "heads": {
-                "type": "object",
-                "additionalProperties": _object({"kind": STRING, "labels": _array(STRING)}, ("kind",)),
-            },
-            "tokenizer": {"type": "object"},
-            "batching": {"type": "object"},
-            "limits": {"type": "object"},
-            "counts": {"type": "object", "additionalProperties": INTEGER},
-        }
-    ),
-    "/openapi.json": {"type": "object", "description": "this document"},
-}
+# What each JSON endpoint answers: written from the one declaration `endpoints` build them with.
+ANSWERS = {path: answer_schema(shape) for path, shape in shapes.ANSWERS.items()}
 
 SUMMARIES = {
     "/": "the page that tries the endpoints in a browser",

@@ -8,9 +8,22 @@ document and docs/serving.md's table (checked by tests/serve/test_shapes.py) can
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import UnionType
+from typing import (
+    Annotated,
+    Literal,
+    NotRequired,
+    TypedDict,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 from roberta.errors import UserError
 from roberta.model import POOLS
+from roberta.options import RUNTIMES
 
 STRING, NUMBER, INTEGER, BOOLEAN = ({"type": t} for t in ("string", "number", "integer", "boolean"))
 # JSON's types as Python reads them: bool is an int in Python, but a JSON true is no layer or topk.
@@ -178,3 +191,183 @@ def read(body: dict, path: str, name: str, default: object = None):
     if field.enum and value not in field.enum:
         raise UserError(f"field {name!r}: {value[:40]!r}, give {' or '.join(map(repr, field.enum))}")
     return value
+
+
+# What each endpoint answers, declared once as typed dicts: `endpoints` (and `app`'s GET routes)
+# build their answers with these names, `openapi` writes the answer schemas from them
+# (`answer_schema`), and tests/serve/test_shapes.py checks every endpoint's real answer against
+# the document and docs/serving.md's table against it. A description rides on `Annotated`;
+# `Literal` is a constant (one value) or an enumeration; `A | B` is one of them.
+class Filling(TypedDict):
+    sequence: str
+    score: float
+    token: str
+
+
+class FillMaskAnswer(TypedDict):
+    fillings: list[list[Filling]]
+
+
+Vectors = Annotated[list[list[float]], "one vector per text, in order"]
+
+
+class EmbedAnswer(TypedDict):
+    embeddings: Vectors
+
+
+class OpenAIEmbedding(TypedDict):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | Annotated[str, "encoding_format base64"]
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingsAnswer(TypedDict):
+    object: Literal["list"]
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: Usage
+
+
+class Classified(TypedDict):
+    label: str
+    probabilities: dict[str, float]
+
+
+class Regressed(TypedDict):
+    score: float
+
+
+class PredictAnswer(TypedDict):
+    head: str
+    predictions: list[Classified | Annotated[Regressed, "a one-output (regression) head"]]
+
+
+class Span(TypedDict):
+    text: str
+    score: float
+    start: Annotated[int, "in context"]
+
+
+class SpansAnswer(TypedDict):
+    answers: list[Span]
+
+
+class Entity(TypedDict):
+    type: str
+    text: str
+    start: Annotated[int, "first character, in the text"]
+    end: Annotated[int, "past the last character"]
+    score: float
+
+
+class TagAnswer(TypedDict):
+    head: str
+    entities: list[Annotated[list[Entity], "one list per text, in order"]]
+
+
+class HealthAnswer(TypedDict):
+    status: Literal["ok"]
+
+
+class Shape(TypedDict):
+    layers: int
+    hidden_size: int
+    attention_heads: int
+    ffn_size: int
+    max_seq_len: int
+    vocab_size: int
+
+
+class Head(TypedDict):
+    kind: str
+    labels: NotRequired[list[str]]  # a classification head's
+
+
+class TokenizerInfo(TypedDict):
+    kind: str
+    vocab_size: int
+    fingerprint: str
+
+
+class Batching(TypedDict):
+    max_batch_tokens: int
+    max_wait_ms: float
+
+
+class Limits(TypedDict):
+    max_body_kb: int
+    max_items: int
+    max_request_tokens: int
+    max_answers: int
+    timeout_s: float
+
+
+class Counts(TypedDict):
+    forward_passes: int
+    rounds: int
+    calls: int
+    requests: int
+
+
+class InfoAnswer(TypedDict):
+    model: str
+    runtime: Literal[RUNTIMES]
+    precision: Literal["fp32", "bf16", "int8"]
+    device: str
+    shape: Shape
+    fill_mask: bool
+    heads: dict[str, Head]
+    tokenizer: TokenizerInfo
+    batching: Batching
+    limits: Limits
+    counts: Counts
+
+
+class Refusal(TypedDict):
+    error: Annotated[str, "what was refused, in one line of at most 300 characters"]
+
+
+# Each JSON endpoint's answer (a 200; any other status answers a `Refusal`).
+ANSWERS: dict[str, object] = {
+    "/fill-mask": FillMaskAnswer,
+    "/embed": EmbedAnswer,
+    "/v1/embeddings": OpenAIEmbeddingsAnswer,
+    "/predict": PredictAnswer,
+    "/answer": SpansAnswer,
+    "/tag": TagAnswer,
+    "/health": HealthAnswer,
+    "/info": InfoAnswer,
+    "/openapi.json": Annotated[dict, "this document"],
+}
+JSON_TYPES = {str: STRING, float: NUMBER, int: INTEGER, bool: BOOLEAN, dict: {"type": "object"}}
+
+
+def answer_schema(shape) -> dict:
+    """An answer's declared shape (`ANSWERS`' values and what they hold) as a JSON schema
+    (OpenAPI 3.1): a typed dict is an object of exactly its fields, all required but NotRequired ones."""
+    origin, args = get_origin(shape), get_args(shape)
+    if origin is Annotated:
+        return {**answer_schema(args[0]), "description": args[1]}
+    if origin is Literal:
+        kind = JSON_TYPES[type(args[0])]
+        return {**kind, "const": args[0]} if len(args) == 1 else {**kind, "enum": list(args)}
+    if origin in (Union, UnionType):
+        return {"oneOf": [answer_schema(arg) for arg in args]}
+    if origin is list:
+        return {"type": "array", "items": answer_schema(args[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": answer_schema(args[1])}
+    if not is_typeddict(shape):
+        return JSON_TYPES[shape]
+    fields = get_type_hints(shape, include_extras=True)
+    required = [name for name, hint in fields.items() if get_origin(hint) is not NotRequired]
+    properties = {
+        name: answer_schema(get_args(hint)[0] if get_origin(hint) is NotRequired else hint)
+        for name, hint in fields.items()
+    }
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
