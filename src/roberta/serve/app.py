@@ -99,7 +99,7 @@ def error(status: int, message: str) -> JSONResponse:
     line = " ".join(str(message).split())
     if len(line) > MESSAGE_CHARS:
         line = line[: MESSAGE_CHARS - 1] + "…"
-    return JSONResponse({"error": line}, status_code=status)
+    return JSONResponse(shapes.Refusal(error=line), status_code=status)
 
 
 def _json_bytes(answer: dict) -> bytes:
@@ -206,7 +206,7 @@ def build_app(
         return HTMLResponse(files("roberta.serve").joinpath("index.html").read_text(encoding="utf-8"))
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(shapes.HealthAnswer(status="ok"))
 
     async def information(request: Request) -> JSONResponse:
         return JSONResponse(info())

@@ -22,6 +22,7 @@ import torch
 from roberta.errors import UserError
 from roberta.hub import Roberta
 from roberta.options import ServeOptions
+from roberta.serve import shapes
 from roberta.serve.shapes import read, text_value
 
 
@@ -189,17 +190,18 @@ def run(hub: Roberta, key: tuple, items: list) -> Sequence:
     raise ValueError(f"no endpoint runs {key!r}")
 
 
-def fillings(results: list) -> dict:
-    return {
-        "fillings": [
-            [{"sequence": text, "score": score, "token": token} for text, score, token in result]
+# Each answer is built as `shapes.ANSWERS` declares it (the typed dicts openapi writes out).
+def fillings(results: list) -> shapes.FillMaskAnswer:
+    return shapes.FillMaskAnswer(
+        fillings=[
+            [shapes.Filling(sequence=text, score=score, token=token) for text, score, token in result]
             for result in results
         ]
-    }
+    )
 
 
-def embeddings(results: list) -> dict:
-    return {"embeddings": results}
+def embeddings(results: list) -> shapes.EmbedAnswer:
+    return shapes.EmbedAnswer(embeddings=results)
 
 
 def _openai_vector(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
@@ -212,30 +214,32 @@ def _openai_vector(vector: list[float], dimensions: int | None, encoding: str) -
     return vector
 
 
-def openai_embeddings(results: list, parsed: Parsed, model: str) -> dict:
+def openai_embeddings(results: list, parsed: Parsed, model: str) -> shapes.OpenAIEmbeddingsAnswer:
     shape = parsed.shape
     vectors = [_openai_vector(v, shape.get("dimensions"), shape.get("encoding", "float")) for v in results]
-    return {
-        "object": "list",
-        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
-        "model": model,
-        "usage": {"prompt_tokens": parsed.tokens, "total_tokens": parsed.tokens},
-    }
+    return shapes.OpenAIEmbeddingsAnswer(
+        object="list",
+        data=[
+            shapes.OpenAIEmbedding(object="embedding", index=i, embedding=v) for i, v in enumerate(vectors)
+        ],
+        model=model,
+        usage=shapes.Usage(prompt_tokens=parsed.tokens, total_tokens=parsed.tokens),
+    )
 
 
-def predictions(hub: Roberta, head: str, results: list[torch.Tensor]) -> dict:
+def predictions(hub: Roberta, head: str, results: list[torch.Tensor]) -> shapes.PredictAnswer:
     """Each row's label and class probabilities (a one-output regression head: its score)."""
     module = hub.model.heads[head]
-    out = []
+    out: list[shapes.Classified | shapes.Regressed] = []
     for logits in results:
         if len(logits) == 1:
-            out.append({"score": float(logits[0])})
+            out.append(shapes.Regressed(score=float(logits[0])))
             continue
         labels = label_names(module)
         probabilities = logits.softmax(-1).tolist()
         best = max(range(len(labels)), key=probabilities.__getitem__)
-        out.append({"label": labels[best], "probabilities": dict(zip(labels, probabilities))})
-    return {"head": head, "predictions": out}
+        out.append(shapes.Classified(label=labels[best], probabilities=dict(zip(labels, probabilities))))
+    return shapes.PredictAnswer(head=head, predictions=out)
 
 
 def label_names(head) -> list[str]:
@@ -243,11 +247,13 @@ def label_names(head) -> list[str]:
     return list(head.labels) or [str(i) for i in range(head.spec()["num_classes"])]
 
 
-def tagged(head: str, results: list) -> dict:
-    """Each text's entities: type, text, character offsets [start, end) and score."""
-    return {"head": head, "entities": results}
+def tagged(head: str, results: list[list[shapes.Entity]]) -> shapes.TagAnswer:
+    """Each text's entities (the hub's): type, text, character offsets [start, end) and score."""
+    return shapes.TagAnswer(head=head, entities=results)
 
 
-def answers(results: list) -> dict:
+def answers(results: list) -> shapes.SpansAnswer:
     (spans,) = results
-    return {"answers": [{"text": text, "score": score, "start": start} for text, score, start in spans]}
+    return shapes.SpansAnswer(
+        answers=[shapes.Span(text=text, score=score, start=start) for text, score, start in spans]
+    )
