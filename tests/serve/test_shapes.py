@@ -62,10 +62,29 @@ def test_the_docs_table_shows_every_endpoint_with_its_declared_fields_and_defaul
 
 def test_the_docs_table_answers_name_the_declared_answer_fields():
     for path, (_, answer) in table_rows().items():
-        schema = openapi.ANSWERS[path]
+        schema = shapes.answer_schema(shapes.ANSWERS[path])
         quoted = set(re.findall(r'"(\w+)"', answer))
         assert set(schema["required"]) <= quoted, (path, answer)
-        assert quoted <= names_in(schema), (path, quoted - names_in(schema))
+        assert quoted == names_in(schema), (path, quoted ^ names_in(schema))
+    health = next(line for line in SERVING.read_text().splitlines() if line.startswith("| `GET /health`"))
+    assert names_in(shapes.answer_schema(shapes.HealthAnswer)) <= set(re.findall(r'"(\w+)"', health))
+
+
+def test_the_openapi_answers_are_the_declaration():
+    assert openapi.ANSWERS == {path: shapes.answer_schema(shape) for path, shape in shapes.ANSWERS.items()}
+    assert openapi.ANSWERS["/answer"]["properties"]["answers"]["items"] == {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "score": {"type": "number"},
+            "start": {"type": "integer", "description": "in context"},
+        },
+        "required": ["text", "score", "start"],
+        "additionalProperties": False,
+    }
+    head = openapi.ANSWERS["/info"]["properties"]["heads"]["additionalProperties"]
+    assert head["required"] == ["kind"] and list(head["properties"]) == ["kind", "labels"]
+    assert openapi.ERROR["required"] == ["error"] and openapi.ERROR["additionalProperties"] is False
 
 
 def test_the_openapi_requests_are_the_declaration():
