@@ -1,5 +1,6 @@
-"""The request shapes declared once (`roberta.serve.shapes`): the parser reads them, the OpenAPI
-document is written from them, and docs/serving.md's endpoint table says the same."""
+"""The request and answer shapes declared once (`roberta.serve.shapes`): the parser reads them, the
+OpenAPI document is written from them, and docs/serving.md's endpoint table says the same (the real
+answers against the document: test_answers.py)."""
 
 import json
 import re

@@ -1,8 +1,11 @@
-"""What each JSON endpoint reads, declared once: every field's JSON type, default, bounds and
-description. `endpoints.parse_*` read a request through `read` (400 naming the field: a wrong
-type, a missing required field, a value outside the declared bounds), `app` refuses a field not
-declared here, and `openapi` writes the request schemas from the same table, so the parser, the
-document and docs/serving.md's table (checked by tests/serve/test_shapes.py) cannot drift.
+"""What each JSON endpoint reads and answers, declared once. `REQUESTS`: every field's JSON type,
+default, bounds and description; `endpoints.parse_*` read a request through `read` (400 naming the
+field: a wrong type, a missing required field, a value outside the declared bounds), `app` refuses
+a field not declared here, and `openapi` writes the request schemas from the same table.
+`ANSWERS`: each answer as typed dicts, which `endpoints` and `app` build their answers as and
+`openapi` writes the answer schemas from (`answer_schema`). So the parser, the answers, the
+document and docs/serving.md's table (checked by tests/serve/test_shapes.py, the real answers by
+tests/serve/test_answers.py) cannot drift.
 """
 
 from __future__ import annotations
@@ -193,11 +196,11 @@ def read(body: dict, path: str, name: str, default: object = None):
     return value
 
 
-# What each endpoint answers, declared once as typed dicts: `endpoints` (and `app`'s GET routes)
-# build their answers with these names, `openapi` writes the answer schemas from them
-# (`answer_schema`), and tests/serve/test_shapes.py checks every endpoint's real answer against
-# the document and docs/serving.md's table against it. A description rides on `Annotated`;
-# `Literal` is a constant (one value) or an enumeration; `A | B` is one of them.
+# What each endpoint answers, declared once as typed dicts: `endpoints` and `app` build their
+# answers with these names (/info's dict is `server.describe`'s), `openapi` writes the answer
+# schemas from them (`answer_schema`); tests/serve/test_answers.py checks every endpoint's real
+# answer against the document, test_shapes.py docs/serving.md's table. A description rides on
+# `Annotated`; `Literal` is a constant (one value) or an enumeration; `A | B` is one of them.
 class Filling(TypedDict):
     sequence: str
     score: float
