@@ -57,3 +57,4 @@ def test_row_updates_only_where_the_dense_update_would_sum_the_same():
     assert not row_updates(True, OptimSection(clip_norm=1.0), 1, "fp32")
     assert not row_updates(True, fused, 1, "fp16")
     assert not row_updates(True, OptimSection(implementation="foreach"), 1, "fp32")
+    assert not row_updates(True, fused, 1, "bf16", "cuda")  # its kernel's decay not checked to the bit

@@ -107,18 +107,17 @@ class AdamW(torch.optim.AdamW):
         p[kept], exp_avg[kept], exp_avg_sq[kept] = params, avgs, avg_sqs
 
 
-def row_updates(allowed: bool, cfg: OptimSection, world_size: int, precision: str) -> bool:
+def row_updates(
+    allowed: bool, cfg: OptimSection, world_size: int, precision: str, device: str = "cpu"
+) -> bool:
     """Whether a run updates the token embedding by rows (`AdamW`): its objective allows it (its
     loss never reads the masked-LM head, whose weight is the embedding), the update is the fused
-    one, one process (DDP and FSDP reduce dense gradients), no clipping (a norm over a sparse
-    gradient would sum in another order) and no fp16 loss scaling (it unscales dense gradients)."""
-    return (
-        allowed
-        and cfg.implementation == "fused"
-        and world_size == 1
-        and cfg.clip_norm == 0
-        and precision != "fp16"
-    )
+    one, on a CPU (whose fused kernel decays as `AdamW._step_rows` does: tested there), one process
+    (DDP and FSDP reduce dense gradients), no clipping (a norm over a sparse gradient would sum in
+    another order) and no fp16 loss scaling (it unscales dense gradients)."""
+    fused = cfg.implementation == "fused"
+    one_cpu = device == "cpu" and world_size == 1
+    return allowed and fused and one_cpu and cfg.clip_norm == 0 and precision != "fp16"
 
 
 def build_optimizer(model: nn.Module, cfg: OptimSection) -> AdamW:

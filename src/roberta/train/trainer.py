@@ -266,7 +266,7 @@ def _start(
     precision = resolve_precision(cfg.precision, placement.device, model.config.hidden_size)
     # The embedding's gradient as the rows looked up (torch's sparse gradient), updated by rows.
     model.embed_tokens.sparse = row_updates(
-        objective.row_updates, plan.job.optim, placement.world_size, precision
+        objective.row_updates, plan.job.optim, placement.world_size, precision, placement.device.type
     )
     metrics = TrainingMetrics(
         objective.flops_per_token(model.config),
