@@ -18,7 +18,7 @@ import torch
 
 from roberta.data.masking import MaskingConfig, MaskVocab, mask_tokens, masking_rng
 from roberta.model import RobertaModel
-from roberta.tasks.pretrain import NSP_LABELS, load_pretrain_job, mlm_objective
+from roberta.tasks.pretrain import NSP_LABELS, MaskedLM, load_pretrain_job, mlm_objective
 from roberta.train import distributed
 from roberta.train.trainer import TrainResult, batch_plan, train
 
@@ -102,9 +102,7 @@ def run(
         padding_idx=PAD,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
-        pair_head="nsp" if nsp else None,
-        last_layer_masked_only=job.model.last_layer_masked_only,
-        unpad=job.model.unpad,
+        terms=MaskedLM("nsp" if nsp else None, job.model.last_layer_masked_only, job.model.unpad),
     )
     if poison_at >= 0:
         objective = _nan_on_bad_ids(objective)

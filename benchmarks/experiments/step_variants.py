@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import harness  # noqa: E402
 from roberta.data.masking import IGNORE_INDEX
 from roberta.model import RobertaModel
-from roberta.tasks.pretrain import mlm_loss, mlm_objective
+from roberta.tasks.pretrain import MaskedLM, mlm_loss, mlm_objective
 from roberta.train.config import OptimSection
 from roberta.train.evaluation import all_reduce_dict, global_counts
 from roberta.train.optim import build_optimizer
@@ -177,8 +177,8 @@ def pretrain_setup(count: int, preset: str, data: Path, work: Path) -> tuple:
 
     sides = {
         "mlm_loss": lambda m, batch: mlm_loss(m, batch),
-        "padded": lambda m, batch: mlm_loss(m, batch, unpad=False),
-        "last layer everywhere": lambda m, batch: mlm_loss(m, batch, last_layer_masked_only=False),
+        "padded": lambda m, batch: mlm_loss(m, batch, MaskedLM(unpad=False)),
+        "last layer everywhere": lambda m, batch: mlm_loss(m, batch, MaskedLM(last_layer_masked_only=False)),
         "chunked LM loss": chunked_mlm_loss,
     }
     return model, objective, sides, batches, OptimSection()

@@ -156,12 +156,12 @@ def attention_case(model, batch: dict, unpad: bool, device) -> dict:
     import torch
     from torch.nn.attention import SDPBackend
 
-    from roberta.tasks.pretrain import mlm_loss
+    from roberta.tasks.pretrain import MaskedLM, mlm_loss
     from roberta.train.precision import autocast
 
     def step() -> None:
         with autocast(PRECISION, device):
-            loss = mlm_loss(model, batch, unpad=unpad)["mlm"]
+            loss = mlm_loss(model, batch, MaskedLM(unpad=unpad))["mlm"]
         loss.backward()
         model.zero_grad(set_to_none=True)
 

@@ -269,18 +269,11 @@ def _head_spec(spec, where: str) -> dict:
         raise UserError(f"{where}: unknown head kind {kind!r} (known: {known})")
     if not all(_is_positive_int(spec.get(k)) for k in ("num_classes", "inner_dim")):
         raise UserError(f"{where} must give positive integer 'num_classes' and 'inner_dim', not {spec!r}")
-    labels = spec.get("labels", [])
-    if not (
-        isinstance(labels, list)
-        and all(isinstance(x, str) for x in labels)
-        and len(labels) in (0, spec["num_classes"])
-    ):
-        raise UserError(f"{where}: 'labels' must be a list of {spec['num_classes']} strings, not {labels!r}")
     return {
         "kind": kind,
         "num_classes": spec["num_classes"],
         "inner_dim": spec["inner_dim"],
-        **({"labels": labels} if labels else {}),
+        **_labels(spec, spec["num_classes"], where),
     }
 
 
@@ -299,18 +292,21 @@ def _embedding_spec(spec: dict, where: str) -> dict:
 def _tagging_spec(spec: dict, where: str) -> dict:
     if not _is_positive_int(spec.get("num_labels")):
         raise UserError(f"{where} must give a positive integer 'num_labels', not {spec!r}")
-    labels = spec.get("labels", [])
-    if not (
-        isinstance(labels, list)
-        and all(isinstance(x, str) for x in labels)
-        and len(labels) in (0, spec["num_labels"])
-    ):
-        raise UserError(f"{where}: 'labels' must be a list of {spec['num_labels']} strings, not {labels!r}")
     return {
         "kind": TaggingHead.kind,
         "num_labels": spec["num_labels"],
-        **({"labels": labels} if labels else {}),
+        **_labels(spec, spec["num_labels"], where),
     }
+
+
+def _labels(spec: dict, count: int, where: str) -> dict:
+    """A head's optional label names: {"labels": [...]} with one string per output, or {}."""
+    labels = spec.get("labels", [])
+    if not (
+        isinstance(labels, list) and all(isinstance(x, str) for x in labels) and len(labels) in (0, count)
+    ):
+        raise UserError(f"{where}: 'labels' must be a list of {count} strings, not {labels!r}")
+    return {"labels": labels} if labels else {}
 
 
 def read_safetensors(path: Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

@@ -11,7 +11,7 @@ from roberta import checkpoint
 from roberta.config import RobertaConfig
 from roberta.data.masking import IGNORE_INDEX
 from roberta.model import RobertaModel
-from roberta.tasks.pretrain import mlm_loss
+from roberta.tasks.pretrain import MaskedLM, mlm_loss
 from roberta.tasks.pretrain_distill import Teacher
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -45,7 +45,7 @@ def test_the_distillation_terms_equal_their_definitions():
     labels = torch.full_like(tokens, IGNORE_INDEX)
     labels[0, 2], labels[1, 1], labels[1, 3] = 7, 8, 9
     weights = Teacher(teacher, temperature=3.0, soft_weight=2.5, cosine_weight=0.5)
-    out = mlm_loss(student, {"tokens": tokens, "labels": labels}, teacher=weights)
+    out = mlm_loss(student, {"tokens": tokens, "labels": labels}, MaskedLM(teacher=weights))
 
     selected = labels.ne(IGNORE_INDEX)
     s_hidden, t_hidden = student(tokens).last_hidden_state, teacher(tokens).last_hidden_state
@@ -60,7 +60,7 @@ def test_the_distillation_terms_equal_their_definitions():
     assert torch.allclose(out["mlm"], ce, rtol=1e-4)
 
     # Held out (eval mode), the student's own figures only.
-    assert set(mlm_loss(student.eval(), {"tokens": tokens, "labels": labels}, teacher=weights)) == {
+    assert set(mlm_loss(student.eval(), {"tokens": tokens, "labels": labels}, MaskedLM(teacher=weights))) == {
         "mlm",
         "mlm_correct",
     }

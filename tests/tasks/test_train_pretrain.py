@@ -235,17 +235,19 @@ def test_the_overlap_terms_score_the_pair_on_s_and_only_the_labelled_tokens():
     import torch.nn.functional as F
 
     from roberta.model import RobertaConfig, RobertaModel
-    from roberta.tasks.pretrain import mlm_loss, mlm_objective
+    from roberta.tasks.pretrain import MaskedLM, mlm_loss, mlm_objective
 
     torch.manual_seed(0)
     model = RobertaModel(RobertaConfig(vocab_size=40, hidden_size=32, num_layers=2, num_heads=2, ffn_size=64))
-    mlm_objective(None, None, padding_idx=1, seq_len=8, mask_prob=0.4, pair_head="overlap").add_heads(model)
+    mlm_objective(None, None, padding_idx=1, seq_len=8, mask_prob=0.4, terms=MaskedLM("overlap")).add_heads(
+        model
+    )
     tokens = torch.tensor([[0, 5, 6, 2, 2, 6, 7, 2], [0, 8, 3, 2, 2, 9, 2, 1]])  # 3 = <mask>, 1 = padding
     labels = torch.full_like(tokens, -100)
     labels[1, 2] = 4
     shared = torch.tensor([[-1, 0, 1, -1, -1, 1, 0, -1], [-1, 0, -1, -1, -1, 0, -1, -1]], dtype=torch.float32)
     batch = {"tokens": tokens, "labels": labels, "overlap": torch.tensor([0.5, 0.0]), "shared": shared}
-    out = mlm_loss(model.eval(), batch, "overlap")
+    out = mlm_loss(model.eval(), batch, MaskedLM("overlap"))
     hidden = model(tokens).last_hidden_state
     logits = model.classify("overlap", hidden).squeeze(-1)
     assert torch.allclose(

@@ -91,20 +91,29 @@ def pair_head_for(data_format: str) -> str | None:
     return OVERLAP_HEAD if data_format == OVERLAP_PAIR else None
 
 
+@dataclass(frozen=True)
+class MaskedLM:
+    """What the masked-LM loss computes besides the masked tokens: a pair objective on `<s>` if
+    `pair_head` names one (`PAIR_HEADS`: "nsp" or "overlap"); the last layer and the vocabulary at the
+    masked positions only, and the real tokens only (`unpad`); with a `teacher`, its distillation
+    terms beside it (`roberta.tasks.pretrain_distill`)."""
+
+    pair_head: str | None = None
+    last_layer_masked_only: bool = True
+    unpad: bool = True
+    teacher: Teacher | None = None
+
+
 def mlm_objective(
     train_batches: Callable[[int], Iterator[Batch]],
     eval_batches: Callable[[], Iterable[Batch]],
     padding_idx: int,
     seq_len: int,
     mask_prob: float,
-    pair_head: str | None = None,
-    last_layer_masked_only: bool = True,
-    unpad: bool = True,
-    teacher: Teacher | None = None,
+    terms: MaskedLM = MaskedLM(),
 ) -> Objective:
-    """The masked-LM objective, + a pair objective on `<s>` if `pair_head` names one (`PAIR_HEADS`:
-    "nsp" or "overlap"); with a `teacher`, its distillation terms beside it
-    (`roberta.tasks.pretrain_distill`)."""
+    """The masked-LM objective, with the `terms` it names."""
+    pair_head, teacher = terms.pair_head, terms.teacher
 
     def add_heads(model: RobertaModel) -> None:
         if pair_head and pair_head not in model.heads:
@@ -131,11 +140,11 @@ def mlm_objective(
         train_batches=train_batches,
         eval_sets={"valid": eval_batches},
         counts=counts,
-        loss=lambda model, batch: mlm_loss(model, batch, pair_head, last_layer_masked_only, unpad, teacher),
+        loss=lambda model, batch: mlm_loss(model, batch, terms),
         metrics=mlm_metrics,
         tokens=tokens,
         flops_per_token=lambda config: _flops_per_token(
-            config, seq_len, mask_prob, last_layer_masked_only and not pair_head, teacher
+            config, seq_len, mask_prob, terms.last_layer_masked_only and not pair_head, teacher
         ),
         # No RUN/best by default: a pretraining checkpoint is large and the last one is what is
         # used; --train.best_metric=loss keeps the lowest held-out loss as well.
@@ -156,20 +165,14 @@ def _flops_per_token(
     return flops
 
 
-def mlm_loss(
-    model: RobertaModel,
-    batch: Batch,
-    pair_head: str | None = None,
-    last_layer_masked_only: bool = True,
-    unpad: bool = True,
-    teacher: Teacher | None = None,
-) -> dict[str, torch.Tensor]:
+def mlm_loss(model: RobertaModel, batch: Batch, terms: MaskedLM = MaskedLM()) -> dict[str, torch.Tensor]:
+    pair_head, unpad, teacher = terms.pair_head, terms.unpad, terms.teacher
     labels = batch["labels"]
     selected = labels.ne(IGNORE_INDEX)
     targets = labels[selected]
     distilling = teacher is not None and model.training  # held-out figures are the student's own
     # (A pair head reads `<s>` as well, the cosine term every position.)
-    if last_layer_masked_only and not pair_head and not (distilling and teacher.needs_all_positions):
+    if terms.last_layer_masked_only and not pair_head and not (distilling and teacher.needs_all_positions):
         hidden = None
         logits = model.lm_logits(
             model(batch["tokens"], select=selected, unpad=unpad).last_hidden_state
@@ -408,10 +411,9 @@ def _objective(
         padding_idx=corpus.specials.pad_id,
         seq_len=job.data.seq_len,
         mask_prob=job.data.mask_prob,
-        pair_head=pair_head_for(job.data.format),
-        last_layer_masked_only=job.model.last_layer_masked_only,
-        unpad=job.model.unpad,
-        teacher=teacher,
+        terms=MaskedLM(
+            pair_head_for(job.data.format), job.model.last_layer_masked_only, job.model.unpad, teacher
+        ),
     )
 
 
