@@ -75,13 +75,13 @@ def test_the_tasks_use_the_declarations_defaults_and_rules():
     message the command line gives."""
     from roberta.options.finetune import SIMCSE_TEMPERATURE, DistillLoss
     from roberta.options.pretrain import PretrainTeacher
-    from roberta.tasks import embed
+    from roberta.tasks import embed_distill
     from roberta.tasks.distill import Distillation
     from roberta.tasks.pretrain_distill import PretrainDistillation
 
     assert issubclass(Distillation, DistillLoss) and issubclass(PretrainDistillation, PretrainTeacher)
     assert Distillation("t") == Distillation("t", DistillLoss.temperature, DistillLoss.alpha)
-    assert embed.SIMCSE_TEMPERATURE == SIMCSE_TEMPERATURE == 0.05
+    assert embed_distill.SIMCSE_TEMPERATURE is SIMCSE_TEMPERATURE == 0.05  # the task's is the option's
     with pytest.raises(UserError, match=r"^distill: field 'alpha' must be in \[0, 1\], not 1.5$"):
         Distillation("t", alpha=1.5)
     with pytest.raises(UserError, match=r"^pretrain: field 'soft_weight' must be at least 0, not -1.0$"):

@@ -72,28 +72,20 @@ def _train_tokenizer(p: argparse.ArgumentParser) -> Handler:
     add_options(p, TextCorpusOptions, TrainTokenizerOptions)
 
     def run(args: argparse.Namespace) -> None:
-        settings = options_from(args, TextCorpusOptions).settings()
-        if args.kind == "wordpiece":
+        text, o = options_from(args, TextCorpusOptions), options_from(args, TrainTokenizerOptions)
+        sized = (list(text.inputs), o.out, o.vocab_size, o.min_frequency)
+        if o.kind == "wordpiece":
             from roberta.tokenizer.training import train_wordpiece
 
-            tokenizer = train_wordpiece(
-                args.inputs,
-                args.out,
-                args.vocab_size,
-                args.min_frequency,
-                lowercase=args.lowercase,
-                strip_accents=args.strip_accents,
-                **settings,
-            )
-        elif args.lowercase or args.strip_accents is not None:
+            case = {"lowercase": o.lowercase, "strip_accents": o.strip_accents}
+            tokenizer = train_wordpiece(*sized, **case, **text.settings())
+        elif o.lowercase or o.strip_accents is not None:
             raise UserError("--cased, --uncased and --strip-accents apply to --kind wordpiece only")
         else:
             from roberta.tokenizer import train_tokenizer
 
-            tokenizer = train_tokenizer(
-                args.inputs, args.out, args.vocab_size, args.min_frequency, **settings
-            )
-        print(f"{args.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
+            tokenizer = train_tokenizer(*sized, **text.settings())
+        print(f"{o.out}: {tokenizer.vocab_size} tokens, fingerprint {tokenizer.fingerprint()}")
 
     return run
 

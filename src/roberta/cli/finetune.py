@@ -12,13 +12,11 @@ from roberta.cli.common import Handler, add_commands, add_options, options_from
 from roberta.options import ProbeOptions
 from roberta.options.finetune import (
     ClassifyDataOptions,
-    ClassifyTransferOptions,
     DistillEmbedOptions,
     DistillLoss,
     EmbedDataOptions,
     EmbedPairsOptions,
     GlueDataOptions,
-    GlueTransferOptions,
     RaceOptions,
     RunOptions,
     SquadOptions,
@@ -250,7 +248,7 @@ def _distill_glue(p: argparse.ArgumentParser) -> Handler:
     (LR, batch, 10 epochs), keeping the best dev checkpoint as RUN/best/.
     """
     _glue_data_options(p)
-    _distill_options(p, GlueTransferOptions)
+    _distill_options(p)
     return lambda args: _run_distill(args, _glue_sentences(args))
 
 
@@ -261,13 +259,13 @@ def _distill_classify(p: argparse.ArgumentParser) -> Handler:
     labels, its head named --head) into --model.
     """
     _classify_data_options(p)
-    _distill_options(p, ClassifyTransferOptions)
+    _distill_options(p)
     return lambda args: _run_distill(args, _classify_sentences(args))
 
 
-def _distill_options(p: argparse.ArgumentParser, transfer: type) -> None:
+def _distill_options(p: argparse.ArgumentParser) -> None:
     """Options every `roberta distill TASK` takes: the two models, the loss, the run's."""
-    add_options(p, DistillLoss, StudentOptions, transfer)
+    add_options(p, DistillLoss, StudentOptions)
     _run_options(p)
 
 
@@ -278,17 +276,16 @@ def _run_distill(args: argparse.Namespace, sentences: Sentences) -> None:
 
     loss = options_from(args, DistillLoss)
     settings = Distillation(loss.teacher, loss.temperature, loss.alpha)
-    transfer_file = args.transfer
+    student = options_from(args, StudentOptions)
 
     def plan(job, model, tokenizer, source):
         task, train, train_path, dev = sentences.read()
-        transfer = sentences.read_unlabelled(transfer_file) if transfer_file else []
+        transfer = sentences.read_unlabelled(student.transfer) if student.transfer else []
         return plan_distillation(
             task, train, train_path, dev, transfer, settings, job, model, tokenizer, source
         )
 
-    student = options_from(args, StudentOptions).model
-    _run_finetune(args, plan, _sentences_recipe(sentences), start=Start(student))
+    _run_finetune(args, plan, _sentences_recipe(sentences), start=Start(student.model))
 
 
 def _distill_embed(p: argparse.ArgumentParser) -> Handler:

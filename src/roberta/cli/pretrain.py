@@ -31,17 +31,10 @@ def _pretrain(p: argparse.ArgumentParser) -> Handler:
         o = options_from(args, PretrainOptions)
         extra = [f"--train.scale={o.scale}"] if o.scale is not None else []
         job = load_pretrain_job(o.config, [*args.overrides, *extra])
-        result = pretrain(
-            job,
-            o.data,
-            o.out,
-            tokenizer=o.tokenizer,
-            resume=o.resume,
-            overwrite=o.overwrite,
-            init_from=o.model,
-            init_layers=parse_layers(o.init_layers) if o.init_layers else None,
-            distill=_pretrain_distillation(args),
-        )
+        run = {"tokenizer": o.tokenizer, "resume": o.resume, "overwrite": o.overwrite}
+        layers = parse_layers(o.init_layers) if o.init_layers else None
+        start = {"init_from": o.model, "init_layers": layers, "distill": _pretrain_distillation(args)}
+        result = pretrain(job, o.data, o.out, **run, **start)
         if int(os.environ.get("RANK", "0")) == 0:
             figures = ", ".join(f"{k} {v:.4g}" for k, v in result.valid.items())
             print(f"step {result.step}: {figures}\ncheckpoint: {result.checkpoint}")

@@ -15,10 +15,11 @@ from roberta.options.tasks import (
 )
 
 
-def _columns(args: argparse.Namespace, labels: str | None):
+def _columns(args: argparse.Namespace):
+    """Where the words and tags are (`TagColumnsOptions`), and the tags' names (`TagLabelsOptions`)."""
     from roberta.tasks.tag_data import TagColumns
 
-    o = options_from(args, TagColumnsOptions)
+    o, labels = options_from(args, TagColumnsOptions), options_from(args, TagLabelsOptions).labels
     names = tuple(x.strip() for x in labels.split(",")) if labels else ()
     return TagColumns(o.word_column, o.tag_column, o.tokens_field, o.tags_field, names)
 
@@ -39,7 +40,7 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    add_options(p, TagFilesOptions, TagColumnsOptions, TagTrainingOptions)
+    add_options(p, TagFilesOptions, TagColumnsOptions, TagLabelsOptions, TagTrainingOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -50,7 +51,7 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
         from roberta.tasks.tag_data import check_scheme
 
         files, o = options_from(args, TagFilesOptions), options_from(args, TagTrainingOptions)
-        columns = _columns(args, o.labels)
+        columns = _columns(args)
         data = TagData(
             files.train,
             files.dev,
@@ -81,7 +82,8 @@ def evaluate_tag(p: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.tag_data import evaluate_tagged
 
-        o, columns = options_from(args, EvaluateTagOptions), _columns(args, args.labels)
+        o = options_from(args, EvaluateTagOptions)
+        columns = _columns(args)
         print_figures(evaluate_tagged(o.gold, o.predictions, columns, args.scheme))
 
     return run

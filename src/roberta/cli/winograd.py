@@ -9,8 +9,8 @@ import argparse
 from roberta.cli.common import Handler, add_options, options_from, print_figures
 from roberta.errors import UserError
 from roberta.options.tasks import (
+    ChoiceFilesOptions,
     ChoiceOptions,
-    CommonsenseQAOptions,
     EvaluateWinogradOptions,
     WinograndeOptions,
     WscOptions,
@@ -128,13 +128,13 @@ def _finetune_commonsenseqa(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    add_options(p, CommonsenseQAOptions)
+    add_options(p, ChoiceFilesOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.choice import COMMONSENSEQA, COMMONSENSEQA_RECIPE, read_commonsenseqa
 
-        o = options_from(args, CommonsenseQAOptions)
+        o = options_from(args, ChoiceFilesOptions)
 
         def splits():
             return {"train": read_commonsenseqa(o.train), "dev": read_commonsenseqa(o.dev)}
@@ -155,19 +155,19 @@ def _finetune_choice(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    add_options(p, ChoiceOptions)
+    add_options(p, ChoiceFilesOptions, ChoiceOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.choice import CHOICE_RECIPE, OWN, read_choice_file
 
-        o = options_from(args, ChoiceOptions)
+        files, o = options_from(args, ChoiceFilesOptions), options_from(args, ChoiceOptions)
         columns = [c.strip() for c in o.options_column.split(",") if c.strip()]
 
         def splits():
-            train = read_choice_file(o.train, o.question_column, columns, o.answer_column)
+            train = read_choice_file(files.train, o.question_column, columns, o.answer_column)
             count = len(train[0].options)
-            dev = read_choice_file(o.dev, o.question_column, columns, o.answer_column, count)
+            dev = read_choice_file(files.dev, o.question_column, columns, o.answer_column, count)
             return {"train": train, "dev": dev}
 
         _run(args, _plan_choice(o.head, OWN, splits), CHOICE_RECIPE)

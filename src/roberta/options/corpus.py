@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roberta.options.declare import argument, option
+from roberta.options.declare import argument, option, required
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,8 @@ class TextCorpusOptions:
 
 @dataclass(frozen=True)
 class PrepareOptions:
-    out: str = option(None, "corpus directory to create", required=True)
-    tokenizer: str = option(None, "tokenizer directory (see `roberta train-tokenizer`)", required=True)
+    out: str = required("corpus directory to create", None)
+    tokenizer: str = required("tokenizer directory (see `roberta train-tokenizer`)", None)
     workers: int | None = option(None, "encoding processes (default: all cores)")
     valid_fraction: float = option(0.01, "share of documents held out (default {default})")
     seed: int = option(0, "seed of the validation draw (default {default})")
@@ -60,8 +60,8 @@ class PrepareOptions:
 
 @dataclass(frozen=True)
 class TrainTokenizerOptions:
-    out: str = option(None, "directory to create (must not exist, or be empty)", required=True)
-    vocab_size: int = option(None, "at most this many ids, specials included", required=True)
+    out: str = required("directory to create (must not exist, or be empty)", None)
+    vocab_size: int = required("at most this many ids, specials included", None)
     min_frequency: int = option(2, "fewest occurrences for a merge (default {default})")
     kind: str = option("bpe", "the model (default {default})")
     lowercase: bool = option(

@@ -29,6 +29,11 @@ def option(default, help: str, **cli) -> object:
     return field(default=default, metadata={"help": help, **cli})
 
 
+def required(help: str, metavar: str | None = "FILE", **cli) -> object:
+    """A flag the verb cannot run without (a file, mostly): no default."""
+    return option(None, help, required=True, metavar=metavar, **cli)
+
+
 def model_option(help: str, older: tuple[str, ...] = (), positional: str | None = None, **cli) -> object:
     """The model a verb reads or starts from: `--model`, with `older` flags and, where the verb took
     one, the `positional` argument (its metavar, e.g. CKPT) as older spellings of it. Giving two

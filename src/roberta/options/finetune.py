@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roberta.options.declare import check, model_option, option
+from roberta.options.declare import check, model_option, option, required
 from roberta.options.inference import POOLS
 
 GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
@@ -20,17 +20,14 @@ class StartOptions:
     model: str = model_option(
         "checkpoint to start from: ours, an HF directory, or fairseq model.pt", older=("--init",)
     )
-    init_task: str | None = option(
-        None,
-        "start from this fine-tuned checkpoint (e.g. MNLI RUN/best) instead of --model: its body, a new head",
-    )
+    init_task: str | None = option(None, "start from a fine-tuned body (e.g. MNLI RUN/best), a new head")
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """The run's options, which `finetune` and `distill` share: its directory, job and members."""
 
-    out: str = option(None, "run directory: checkpoints/, best/, metrics.jsonl, results.json", required=True)
+    out: str = required("run directory: checkpoints/, best/, metrics.jsonl, results.json", None)
     config: str | None = option(None, "job TOML whose fields replace the task's defaults")
     eval_every: int | None = option(
         None, "evaluate on dev (and keep the best) every N updates (default: at the end of each epoch)"
@@ -51,8 +48,8 @@ class RunOptions:
 class GlueDataOptions:
     """What `finetune glue` and `distill glue` read."""
 
-    task: str = option(None, GLUE_TASKS_HELP, required=True, metavar="T")
-    data: str = option(None, "the task's GLUE directory (train.tsv, dev.tsv)", required=True, metavar="DIR")
+    task: str = required(GLUE_TASKS_HELP, "T")
+    data: str = required("the task's GLUE directory (train.tsv, dev.tsv)", "DIR")
 
 
 @dataclass(frozen=True)
@@ -60,11 +57,11 @@ class ClassifyDataOptions:
     """What `finetune classify` and `distill classify` read, and their recipe (`tasks.classify`
     takes its defaults from here)."""
 
-    train: str = option(None, "training file", required=True)
-    dev: str = option(None, "dev file (its labels must all occur in --train)", required=True)
-    text_column: str = option(None, "column of the text", required=True)
+    train: str = required("training file", None)
+    dev: str = required("dev file (its labels must all occur in --train)", None)
+    text_column: str = required("column of the text", None)
     pair_column: str | None = option(None, "column of the second text of a pair")
-    label_column: str = option(None, "column of the label (a class name, or a number)", required=True)
+    label_column: str = required("column of the label (a class name, or a number)", None)
     regression: bool = option(False, "labels are numbers to predict (one output, MSE)")
     head: str = option("classifier", "name of the head in the checkpoint (default {default})")
     lr: float = option(2e-5, "peak learning rate (default {default})")
@@ -73,9 +70,9 @@ class ClassifyDataOptions:
 
 @dataclass(frozen=True)
 class SquadOptions:
-    version: str = option(None, "SQuAD version of the files", required=True)
-    train: str = option(None, "official training JSON, e.g. train-v1.1.json", required=True, metavar="FILE")
-    dev: str = option(None, "official dev JSON, e.g. dev-v1.1.json", required=True, metavar="FILE")
+    version: str = required("SQuAD version of the files", None)
+    train: str = required("official training JSON, e.g. train-v1.1.json")
+    dev: str = required("official dev JSON, e.g. dev-v1.1.json")
     stride: int = option(128, "context tokens shared by consecutive windows (default {default})")
     max_query: int = option(64, "question tokens kept (default {default})")
 
@@ -84,7 +81,7 @@ class SquadOptions:
 
 @dataclass(frozen=True)
 class RaceOptions:
-    data: str = option(None, "RACE directory: train/ dev/ [test/]", required=True, metavar="DIR")
+    data: str = required("RACE directory: train/ dev/ [test/]", "DIR")
     max_qa: int = option(128, "question + option tokens kept (default {default})")
 
 
@@ -96,9 +93,7 @@ class EmbedDataOptions:
         (), "sentences, one a line: text files or directories, JSONL, Parquet", nargs="+", metavar="PATH"
     )
     max_sentences: int | None = option(None, "the first N sentences of --text only", metavar="N")
-    dev: str = option(
-        None, "scored pairs for dev evaluation, e.g. STS-B/dev.tsv", required=True, metavar="FILE"
-    )
+    dev: str = required("scored pairs for dev evaluation, e.g. STS-B/dev.tsv")
     dev_columns: str = option(
         "sentence1,sentence2,score",
         "--dev's columns: the two texts and the score (default {default})",
@@ -130,7 +125,7 @@ class DistillLoss:
     """The teacher and how its soft labels mix with the gold ones (Hinton et al. 2015); checked
     when made, from the command line or from Python (`tasks.distill.Distillation`)."""
 
-    teacher: str = option(None, "fine-tuned checkpoint holding the task's head (RUN/best)", required=True)
+    teacher: str = required("fine-tuned checkpoint holding the task's head (RUN/best)", None)
     temperature: float = option(2.0, "softmax temperature T (default {default:g})")
     # The weight of the soft loss on labelled examples; 1 - alpha goes to the gold loss.
     alpha: float = option(0.5, "weight of the soft loss, 1 - alpha the gold's (default {default})")
@@ -143,28 +138,15 @@ class DistillLoss:
 
 @dataclass(frozen=True)
 class StudentOptions:
-    """Where `distill glue|classify` starts its student."""
+    """Where `distill glue|classify` starts its student, and the unlabeled text it learns from too."""
 
     model: str = model_option(
         "checkpoint to start the student from (any shape, same tokenizer)", older=("--student",)
     )
-
-
-@dataclass(frozen=True)
-class GlueTransferOptions:
     transfer: str | None = option(
         None,
-        "unlabeled examples distilled too: a TSV in the task's layout (its label column absent or ignored)",
-        metavar="FILE",
-    )
-
-
-@dataclass(frozen=True)
-class ClassifyTransferOptions:
-    transfer: str | None = option(
-        None,
-        "unlabeled examples distilled too: a file with --text-column (and --pair-column); a label "
-        "column is ignored",
+        "unlabeled examples distilled too, in the task's format (glue: a TSV in the task's layout; "
+        "classify: a file with --text-column and --pair-column), a label column absent or ignored",
         metavar="FILE",
     )
 
@@ -173,7 +155,7 @@ class ClassifyTransferOptions:
 class DistillEmbedOptions:
     """`distill embed`'s teacher and where its student starts: a checkpoint, or made from the teacher."""
 
-    teacher: str = option(None, "a sentence-transformers model directory", required=True, metavar="DIR")
+    teacher: str = required("a sentence-transformers model directory", "DIR")
     model: str | None = model_option(
         "checkpoint to start the student from (any shape, any tokenizer)",
         older=("--student",),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roberta.options.declare import argument, model_option, option
+from roberta.options.declare import argument, model_option, option, required
 from roberta.options.models import INFERENCE_PRECISIONS
 
 POOLS = ("cls", "mean")
@@ -58,10 +58,8 @@ class FillMaskOptions:
 
 @dataclass(frozen=True)
 class EmbedOptions:
-    input: str = option(
-        None, "UTF-8 text file, one text per line, or a .parquet / .arrow file", required=True
-    )
-    out: str = option(None, ".npy file to write (float32, [lines, hidden])", required=True)
+    input: str = required("UTF-8 text file, one text per line, or a .parquet / .arrow file", None)
+    out: str = required(".npy file to write (float32, [lines, hidden])", None)
     columns: str | None = option(
         None, "the text column of a .parquet / .arrow --input, by name (default text)", metavar="NAME"
     )
@@ -84,10 +82,8 @@ class PredictOptions:
         "CommonsenseQA: their test files' leaderboard files (docs/winograd.md)",
         metavar="T",
     )
-    input: str = option(
-        None, "TSV file (tab-separated, no quoting), or a .parquet / .arrow file", required=True
-    )
-    out: str = option(None, "TSV file to write", required=True)
+    input: str = required("TSV file (tab-separated, no quoting), or a .parquet / .arrow file", None)
+    out: str = required("TSV file to write", None)
     # No default: with --task a --columns given is refused, not ignored.
     columns: str | None = option(
         None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roberta.options.declare import argument, model_option, option
+from roberta.options.declare import argument, model_option, option, required
 
 RUNTIMES = ("torch", "onnx")
 # What a model runs in for inference (roberta.runtime.precision): auto picks by the hardware.
@@ -38,7 +38,7 @@ class ExportOptions:
 @dataclass(frozen=True)
 class ProbeOptions:
     run: str = argument("a pretraining run directory (RUN/checkpoints/step-N)")
-    glue: str = option(None, "the folder holding the GLUE task folders", required=True, metavar="DIR")
+    glue: str = required("the folder holding the GLUE task folders", "DIR")
     tasks: str | None = option(None, "GLUE tasks, comma-separated (default SST-2,MRPC,STS-B,RTE,CoLA)")
     seeds: int = option(3, "fine-tuning seeds per cell; the median is reported (default {default})")
     checkpoints: str = option("all", "all, last, or step-N names, comma-separated (default {default})")

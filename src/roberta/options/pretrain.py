@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roberta.options.declare import check, model_option, option
+from roberta.options.declare import check, model_option, option, required
 
 # DistilBERT weighs soft targets : masked LM : cosine as 5 : 2 : 1 (Sanh et al. 2019); here
 # relative to the masked LM's weight of 1.
@@ -18,8 +18,8 @@ class PretrainOptions:
     config: str | None = option(
         None, "job TOML, e.g. configs/pretrain-tiny.toml (default: the paper's base recipe)"
     )
-    data: str = option(None, "prepared corpus directory", required=True)
-    out: str = option(None, "run directory", required=True)
+    data: str = required("prepared corpus directory", None)
+    out: str = required("run directory", None)
     tokenizer: str | None = option(
         None, "tokenizer directory saved into checkpoints (default: found in/beside --data)"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roberta.options.declare import model_option, option
+from roberta.options.declare import model_option, option, required
 from roberta.options.finetune import GLUE_TASKS_HELP
 from roberta.options.inference import POOLS
 
@@ -40,18 +40,27 @@ class TagColumnsOptions:
 
 @dataclass(frozen=True)
 class TagFilesOptions:
-    train: str = option(None, "tagged training file", required=True, metavar="FILE")
-    dev: str = option(None, "tagged dev file (picks RUN/best/)", required=True, metavar="FILE")
+    train: str = required("tagged training file")
+    dev: str = required("tagged dev file (picks RUN/best/)")
     test: str | None = option(None, "tagged test file, scored beside dev", metavar="FILE")
 
 
 @dataclass(frozen=True)
-class TagTrainingOptions:
-    """What `finetune tag` alone takes: the labels, how they meet sub-tokens, the recipe."""
+class TagLabelsOptions:
+    """The tags' names in their ids' order, which `finetune tag` and `evaluate tag` both take."""
 
     labels: str | None = option(
-        None, "the labels in the head's order (default: training's)", metavar="A,B,..."
+        None,
+        "the labels in id order: the head's (finetune tag; default: the training data's), the names of "
+        "numeric tags in JSONL/Parquet rows",
+        metavar="A,B,...",
     )
+
+
+@dataclass(frozen=True)
+class TagTrainingOptions:
+    """What `finetune tag` alone takes: how the labels meet sub-tokens, the head, the recipe."""
+
     unseen_tags_as: str | None = option(
         None, "read a dev/test tag training never saw as LABEL (e.g. O)", metavar="LABEL"
     )
@@ -71,18 +80,13 @@ class TagTrainingOptions:
 
 @dataclass(frozen=True)
 class EvaluateTagOptions:
-    gold: str = option(None, "the tagged reference", required=True, metavar="FILE")
-    predictions: str = option(None, "the same sentences, tagged", required=True, metavar="FILE")
-
-
-@dataclass(frozen=True)
-class TagLabelsOptions:
-    labels: str | None = option(None, "names of numeric tags in JSONL/Parquet rows", metavar="A,B,...")
+    gold: str = required("the tagged reference")
+    predictions: str = required("the same sentences, tagged")
 
 
 @dataclass(frozen=True)
 class WscOptions:
-    data: str = option(None, "SuperGLUE WSC: train.jsonl, val.jsonl", required=True, metavar="DIR")
+    data: str = required("SuperGLUE WSC: train.jsonl, val.jsonl", "DIR")
     wsc273: str | None = option(
         None, "WSCollection.xml: WSC273 accuracy at each evaluation too", metavar="FILE"
     )
@@ -97,7 +101,7 @@ class WscOptions:
 
 @dataclass(frozen=True)
 class WinograndeOptions:
-    data: str = option(None, "WinoGrande: train_SIZE.jsonl, dev.jsonl", required=True, metavar="DIR")
+    data: str = required("WinoGrande: train_SIZE.jsonl, dev.jsonl", "DIR")
     size: str = option("xs", "training size (default {default})")
     method: str = option("head", "ranking head or masked LM")
     loss: str = option("margin", "--method lm: margin (default) or cross-entropy")
@@ -109,15 +113,17 @@ class WinograndeOptions:
 
 
 @dataclass(frozen=True)
-class CommonsenseQAOptions:
-    train: str = option(None, "training JSONL (train_rand_split.jsonl)", required=True, metavar="FILE")
-    dev: str = option(None, "dev JSONL with answers (dev_rand_split.jsonl)", required=True, metavar="FILE")
+class ChoiceFilesOptions:
+    """What `finetune commonsenseqa` and `finetune choice` read."""
+
+    train: str = required("training file (CommonsenseQA: its train_rand_split.jsonl)")
+    dev: str = required("dev file with answers (CommonsenseQA: dev_rand_split.jsonl)")
 
 
 @dataclass(frozen=True)
 class ChoiceOptions:
-    train: str = option(None, "training file", required=True, metavar="FILE")
-    dev: str = option(None, "dev file", required=True, metavar="FILE")
+    """`finetune choice`'s columns and head."""
+
     question_column: str = option("question", "column of the question (default {default})")
     options_column: str = option(
         "options",
@@ -139,20 +145,16 @@ class EvaluateWinogradOptions:
 @dataclass(frozen=True)
 class EvaluateGlueOptions:
     # Checked by the handler, so that building the parser imports no task module.
-    task: str = option(None, GLUE_TASKS_HELP, required=True, metavar="T")
-    dev: str = option(
-        None, "labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv", required=True, metavar="FILE"
-    )
-    predictions: str = option(
-        None, "predictions TSV with a row for every dev index", required=True, metavar="FILE"
-    )
+    task: str = required(GLUE_TASKS_HELP, "T")
+    dev: str = required("labelled GLUE file, e.g. RTE/dev.tsv or MNLI/dev_matched.tsv")
+    predictions: str = required("predictions TSV with a row for every dev index")
 
 
 @dataclass(frozen=True)
 class EvaluateSquadOptions:
-    version: str = option(None, "SQuAD version of the dev file", required=True)
-    dev: str = option(None, "official dataset JSON, e.g. dev-v2.0.json", required=True, metavar="FILE")
-    predictions: str = option(None, "predictions JSON {{id: text}}", required=True, metavar="FILE")
+    version: str = required("SQuAD version of the dev file", None)
+    dev: str = required("official dataset JSON, e.g. dev-v2.0.json")
+    predictions: str = required("predictions JSON {{id: text}}")
     null_odds: str | None = option(
         None,
         "v2.0 only: JSON {{id: null score - best span score}}, as the official --na-prob-file",
@@ -165,7 +167,7 @@ class EvaluateSquadOptions:
 @dataclass(frozen=True)
 class EvaluateStsOptions:
     model: str = model_option("our checkpoint, an HF or fairseq one, or a sentence-transformers directory")
-    data: str = option(None, "scored pairs, e.g. STS-B/dev.tsv", required=True, metavar="FILE")
+    data: str = required("scored pairs, e.g. STS-B/dev.tsv")
     columns: str = option(
         "sentence1,sentence2,score",
         "the two texts' columns and the score's (default {default})",
