@@ -43,6 +43,13 @@ QUERIES = np.array(
 HAND_RANKINGS = [["a", "e", "c", "b", "d"], ["d", "e", "c", "b", "a"], ["a", "e", "c", "b", "d"]]
 
 
+def trec_order(scores, ids: list[str]) -> list[int]:
+    """Indices by score descending, ties by id in descending byte order: a stable sort by score
+    of the ids sorted in reverse (trec_eval's comparison, written independently of the code)."""
+    by_id = sorted(range(len(ids)), key=lambda i: ids[i].encode(), reverse=True)
+    return sorted(by_id, key=lambda i: -scores[i])
+
+
 def ranked(indices: np.ndarray) -> list[list[str]]:
     return [[IDS[i] for i in row] for row in indices]
 
@@ -58,6 +65,22 @@ def test_search_ranks_as_worked_out_by_hand_ties_by_descending_id_in_any_blocks(
     # A cut inside a tie keeps the tie's winners, whichever block they came in.
     top2, _ = top_k(QUERIES, PASSAGES, tie_order(IDS), 2, None, query_block, passage_block)
     assert ranked(top2) == [r[:2] for r in HAND_RANKINGS]
+
+
+def test_blocked_search_equals_sorting_every_score_with_ties_across_blocks():
+    rng = np.random.default_rng(0)
+    # Each passage a multiple of a one-hot vector: its cosine with a query is one of the query's unit
+    # components, exactly, however the products are blocked; hundreds of passages tie on each.
+    hot = rng.integers(0, 8, 3000)
+    passages = np.eye(8, dtype=np.float32)[hot] * rng.integers(1, 4, (3000, 1)).astype(np.float32)
+    queries = rng.normal(size=(70, 8)).astype(np.float32)
+    ids = [f"d{i}" for i in rng.permutation(3000)]
+    found, scores = top_k(queries, passages, tie_order(ids), 10, None, query_block=16, passage_block=257)
+    unit = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    for q, got in enumerate(found):
+        want = trec_order([unit[q, hot[i]] for i in range(3000)], ids)[:10]
+        assert [ids[i] for i in got] == [ids[i] for i in want]
+        assert scores[q].tolist() == [unit[q, hot[i]] for i in want]
 
 
 def test_tie_order_is_descending_bytes():
@@ -138,9 +161,7 @@ def expected_figures(query_vectors: np.ndarray, passage_vectors: np.ndarray) -> 
     p = passage_vectors / np.linalg.norm(passage_vectors, axis=1, keepdims=True)
     rankings = {}
     for qid, row in zip(QUERY_TEXTS, q @ p.T):
-        rankings[qid] = [
-            ids[i] for i in sorted(range(len(ids)), key=lambda i: (-row[i], [-b for b in ids[i].encode()]))
-        ]
+        rankings[qid] = [ids[i] for i in trec_order(row, ids)]
     return figures(rankings, {q: {p: 1} for q, p in QRELS.items()})
 
 
