@@ -63,6 +63,36 @@ def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp
     assert json.loads((killed / "results.json").read_text())["best"] == results["best"]
 
 
+def test_the_embedding_updated_by_rows_trains_bit_identically_to_the_dense_update(
+    micro, sst128, tmp_path, monkeypatch
+):
+    """GLUE fine-tuning updates the token embedding by the rows each batch looked up (as tagging
+    and SQuAD do): the figures and weights of a run are those of the dense update, to the bit."""
+    from roberta.train import optim, trainer
+
+    calls = []
+    step_rows = optim.AdamW._step_rows
+    monkeypatch.setattr(optim.AdamW, "_step_rows", lambda *a: calls.append(1) or step_rows(*a))
+    job = ["--optim.lr=1e-3", "--train.batch_size=16", "--train.max_steps=8", "--eval-every", "4"]
+    assert main(["finetune", *glue("SST-2", sst128, micro, tmp_path / "rows", *job)]) == 0
+    assert len(calls) == 8  # every update took the row path
+    monkeypatch.setattr(trainer, "row_updates", lambda *args: False)
+    assert main(["finetune", *glue("SST-2", sst128, micro, tmp_path / "dense", *job)]) == 0
+    assert len(calls) == 8
+
+    def figures(run):
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]
+
+    assert figures(tmp_path / "rows") == figures(tmp_path / "dense")
+    final = "checkpoints/step-00000008/model.safetensors"
+    a, b = load_file(str(tmp_path / "rows" / final)), load_file(str(tmp_path / "dense" / final))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    assert not a["embed_tokens.weight"].equal(
+        load_file(str(micro / "model.safetensors"))["embed_tokens.weight"]
+    )
+
+
 def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp_path):
     """Same initial weights, dropout off, the same batches: our losses are HF's within 1e-5."""
     transformers = pytest.importorskip("transformers")

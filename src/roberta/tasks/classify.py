@@ -266,6 +266,7 @@ def classify_objective(
             name: tuple(dict.fromkeys(["loss", *([] if task.regression else ["accuracy"]), *task.figures]))
             for name in dev_sets
         },
+        row_updates=True,
     )
 
 
