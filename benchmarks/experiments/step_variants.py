@@ -117,7 +117,7 @@ class FullForward:
 
 def finetune_setup(data: Path, count: int) -> tuple:
     from roberta.tasks.classify import classify_objective, encode, label_values
-    from roberta.tasks.finetune import load_finetune_job
+    from roberta.tasks.finetune import Batching, load_finetune_job
     from roberta.tasks.glue import get_task, read_split, sentence_task
     from roberta.tokenizer import load_tokenizer
     from time_to_quality import model_config
@@ -127,7 +127,7 @@ def finetune_setup(data: Path, count: int) -> tuple:
     task, examples = sentence_task(glue), read_split(glue, path, labelled=True)
     train = (encode(tokenizer, examples, 512), label_values(task, examples, path))
     job = load_finetune_job(None, ["--train.device=cpu"], glue.lr, glue.batch_size)
-    objective = classify_objective(task, train, {}, job, tokenizer.pad_id)
+    objective = classify_objective(task, train, {}, Batching(job, tokenizer.pad_id))
     every = objective.batches_per_epoch // count
     stream = objective.train_batches(0)
     batches = [b for i, b in zip(range(every * count), stream) if i % every == every // 2]

@@ -98,7 +98,7 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
     transformers = pytest.importorskip("transformers")
     from roberta.convert import export_hf
     from roberta.tasks.classify import classify_objective, encode, label_values
-    from roberta.tasks.finetune import load_finetune_job
+    from roberta.tasks.finetune import Batching, load_finetune_job
     from roberta.tasks.glue import TASKS, read_split, sentence_task
     from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 
@@ -132,8 +132,7 @@ def test_first_twenty_losses_equal_hf_sequence_classification(micro, sst128, tmp
         sentence_task(task),
         (encode(tok, examples, 128), label_values(sentence_task(task), examples, "train")),
         {},
-        job,
-        tok.pad_id,
+        Batching(job, tok.pad_id),
     )
     batches = objective.train_batches(0)
     ours_opt, hf_opt = build_optimizer(model, job.optim), build_optimizer(hf, job.optim)

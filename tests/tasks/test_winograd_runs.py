@@ -282,7 +282,7 @@ def test_first_twenty_commonsenseqa_losses_equal_hf_multiple_choice(micro, share
     from roberta import RobertaConfig, RobertaModel, checkpoint
     from roberta.convert import export_hf
     from roberta.tasks.choice import COMMONSENSEQA, choice_objective, encode_all, read_commonsenseqa
-    from roberta.tasks.finetune import load_finetune_job
+    from roberta.tasks.finetune import Batching, load_finetune_job
     from roberta.train.optim import build_optimizer, learning_rate, set_learning_rate
 
     overrides = ["--train.max_steps=20", "--train.epochs=0", "--schedule.warmup_steps=2"]
@@ -303,7 +303,7 @@ def test_first_twenty_commonsenseqa_losses_equal_hf_multiple_choice(micro, share
 
     data = head(shared_data / "commonsenseqa" / "train_rand_split.jsonl", 160, tmp_path / "t.jsonl")
     encoded = encode_all(tok, read_commonsenseqa(data), COMMONSENSEQA, 128)
-    objective = choice_objective("commonsenseqa", encoded, {}, job, tok.pad_id)
+    objective = choice_objective("commonsenseqa", encoded, {}, Batching(job, tok.pad_id))
     batches = objective.train_batches(0)
     ours_opt, hf_opt = build_optimizer(model, job.optim), build_optimizer(hf, job.optim)
     model.train(), hf.train()

@@ -139,7 +139,7 @@ def _run_sentences(args: argparse.Namespace, sentences: Sentences) -> None:
     from roberta.tasks.classify import plan_sentences
 
     def plan(job, model, tokenizer, source):
-        return plan_sentences(*sentences.read(), job, model, tokenizer, source)
+        return plan_sentences(sentences.read(), job, model, tokenizer, source)
 
     _run_finetune(args, plan, _sentences_recipe(sentences))
 
@@ -279,11 +279,8 @@ def _run_distill(args: argparse.Namespace, sentences: Sentences) -> None:
     student = options_from(args, StudentOptions)
 
     def plan(job, model, tokenizer, source):
-        task, train, train_path, dev = sentences.read()
         transfer = sentences.read_unlabelled(student.transfer) if student.transfer else []
-        return plan_distillation(
-            task, train, train_path, dev, transfer, settings, job, model, tokenizer, source
-        )
+        return plan_distillation(sentences.read(), transfer, settings, job, model, tokenizer, source)
 
     _run_finetune(args, plan, _sentences_recipe(sentences), start=Start(student.model))
 

@@ -226,7 +226,7 @@ def _fine_tune(
 ) -> dict[str, float | None]:
     """One fine-tuning run of `row` on `task` with the task's recipe; its official figures at
     the best dev evaluation (None where undefined, or where no evaluation had a number)."""
-    from roberta.tasks.classify import plan_sentences
+    from roberta.tasks.classify import LabelledSentences, plan_sentences
     from roberta.tasks.finetune import Start, finetune, load_finetune_job
     from roberta.tasks.glue import sentence_task
 
@@ -236,7 +236,9 @@ def _fine_tune(
     train, train_path, dev = data
 
     def plan(job, model, tokenizer, source):
-        return plan_sentences(sentence_task(task), train, train_path, dev, job, model, tokenizer, source)
+        return plan_sentences(
+            LabelledSentences(sentence_task(task), train, train_path, dev), job, model, tokenizer, source
+        )
 
     finetune(job, out, Start(row.checkpoint), plan, overwrite=True)
     results = read_json(out / "results.json")

@@ -159,14 +159,12 @@ def wsc_objective(
     train: list[list[Row]],
     eval_sets: dict[str, tuple[list[list[Row]], list[int], bool]],
     loss: Loss,
-    job: JobConfig,
-    pad_id: int,
+    batching: Batching,
     mask_id: int,
-    rank: int = 0,
-    world: int = 1,
 ) -> Objective:
     """The objective: `train` holds the positive schemas' rows; each held-out set is (rows per
     schema, labels 1/0, strict: the query is the right option and must win outright)."""
+    pad_id = batching.pad_id
 
     def batcher(encoded, labels, strict):
         return lambda indices: collate(
@@ -186,7 +184,7 @@ def wsc_objective(
 
     return batched_objective(
         "wsc",
-        Batching(job, pad_id, rank, world),
+        batching,
         train_lengths=lengths(train),
         train_batch=batcher(train, [1] * len(train), False),
         eval_sets={name: (lengths(data[0]), batcher(*data)) for name, data in eval_sets.items()},
@@ -234,7 +232,7 @@ def plan_wsc(
     train_rows = [encode_schema(tokenizer, s, max_length) for s in positives]
     return Task(
         objective=lambda member, rank, world: wsc_objective(
-            train_rows, encoded, loss, member, tokenizer.pad_id, tokenizer.mask_id, rank, world
+            train_rows, encoded, loss, Batching(member, tokenizer.pad_id, rank, world), tokenizer.mask_id
         ),
         max_length=max_length,
         run_info={"task": "wsc", "loss": loss.kind, "alpha": loss.alpha, "beta": loss.beta},

@@ -289,18 +289,12 @@ Encoded = tuple[list[list[list[int]]], list[int], list[int]]
 
 
 def choice_objective(
-    head: str,
-    train: Encoded,
-    eval_sets: dict[str, Encoded],
-    job: JobConfig,
-    pad_id: int,
-    groups: tuple[str, ...] = (),
-    rank: int = 0,
-    world: int = 1,
+    head: str, train: Encoded, eval_sets: dict[str, Encoded], batching: Batching, groups: tuple[str, ...] = ()
 ) -> Objective:
     """The objective over encoded examples: a batch's `tokens` are [B*N, T] (N options each), the
     head's one output per row read as [B, N] option scores; accuracy in percent, and per group
     (RACE's levels) where `groups` names them."""
+    pad_id = batching.pad_id
 
     def collate(data: Encoded, indices: np.ndarray) -> Batch:
         encoded, labels, group = data
@@ -318,7 +312,7 @@ def choice_objective(
 
     return batched_objective(
         head,
-        Batching(job, pad_id, rank, world),
+        batching,
         train_lengths=lengths(train),
         train_batch=lambda indices: collate(train, indices),
         eval_sets={
@@ -395,7 +389,7 @@ def plan_choice(
     train = encoded.pop("train")
     return Task(
         objective=lambda member, rank, world: choice_objective(
-            head, train, encoded, member, tokenizer.pad_id, groups, rank, world
+            head, train, encoded, Batching(member, tokenizer.pad_id, rank, world), groups
         ),
         max_length=max_length,
         run_info={"task": head, "layout": layout.name, "options": len(splits["train"][0].options)},

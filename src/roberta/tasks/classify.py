@@ -234,12 +234,10 @@ def classify_objective(
     task: SentenceTask,
     train: tuple[list[list[int]], list],
     dev_sets: dict[str, tuple[list[list[int]], list]],
-    job: JobConfig,
-    pad_id: int,
-    rank: int = 0,
-    world: int = 1,
+    batching: Batching,
 ) -> Objective:
     """The objective over encoded examples: `train` and each dev set as (token ids, label values)."""
+    pad_id = batching.pad_id
     dtype = torch.float32 if task.regression else torch.long
 
     def collate(token_ids: list[list[int]], gold: list, indices: np.ndarray) -> Batch:
@@ -254,7 +252,7 @@ def classify_objective(
 
     return batched_objective(
         task.name,
-        Batching(job, pad_id, rank, world),
+        batching,
         train_lengths=[len(x) for x in train[0]],
         train_batch=lambda indices: collate(*train, indices),
         eval_sets={name: held_out(*dev) for name, dev in dev_sets.items()},
@@ -309,18 +307,23 @@ class EncodedSentences:
     dev: dict[str, tuple[list[list[int]], list]]
 
 
+@dataclass(frozen=True)
+class LabelledSentences:
+    """A sentence task's labelled examples: the training ones (and their file, which messages
+    name) and each dev set by name as (examples, file)."""
+
+    task: SentenceTask
+    train: Sequence[Example]
+    train_path: str | Path
+    dev: dict[str, tuple[Sequence[Example], str | Path]]
+
+
 def encode_sentences(
-    task: SentenceTask,
-    train_examples: Sequence[Example],
-    train_path: str | Path,
-    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
-    job: JobConfig,
-    model: RobertaModel,
-    tokenizer,
-    source: str | Path,
+    sentences: LabelledSentences, job: JobConfig, model: RobertaModel, tokenizer, source: str | Path
 ) -> EncodedSentences:
     """The examples checked against `model` (fine-tuned from `source`: its head, its positions)
     and encoded."""
+    task, train_examples, train_path = sentences.task, sentences.train, sentences.train_path
     pairs = train_examples[0].pair is not None
     max_length = task_length(
         job,
@@ -330,31 +333,25 @@ def encode_sentences(
         6 if pairs else 3,
         "<s> text </s></s> pair </s>" if pairs else "<s> text </s>",
     )
-    check_labels(task, train_examples, train_path, dev_sets)
+    check_labels(task, train_examples, train_path, sentences.dev)
     train = (encode(tokenizer, train_examples, max_length), label_values(task, train_examples, train_path))
     dev = {
         name: (encode(tokenizer, examples, max_length), label_values(task, examples, path))
-        for name, (examples, path) in dev_sets.items()
+        for name, (examples, path) in sentences.dev.items()
     }
     return EncodedSentences(max_length, train, dev)
 
 
 def plan_sentences(
-    task: SentenceTask,
-    train_examples: Sequence[Example],
-    train_path: str | Path,
-    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
-    job: JobConfig,
-    model: RobertaModel,
-    tokenizer,
-    source: str | Path,
+    sentences: LabelledSentences, job: JobConfig, model: RobertaModel, tokenizer, source: str | Path
 ) -> Task:
     """Sentence(-pair) classification or regression of `model` (fine-tuned from `source`) on
     labelled examples, checked and encoded; RUN/best/ holds the best dev checkpoint, with its head."""
-    data = encode_sentences(task, train_examples, train_path, dev_sets, job, model, tokenizer, source)
+    data = encode_sentences(sentences, job, model, tokenizer, source)
+    task = sentences.task
     return Task(
         objective=lambda member, rank, world: classify_objective(
-            task, data.train, data.dev, member, tokenizer.pad_id, rank, world
+            task, data.train, data.dev, Batching(member, tokenizer.pad_id, rank, world)
         ),
         max_length=data.max_length,
         run_info={"task": task.name, "labels": list(task.labels)},
@@ -363,12 +360,12 @@ def plan_sentences(
 
 @dataclass(frozen=True)
 class Sentences:
-    """A sentence task's data as `finetune` and `distill` take it: `read()` gives (SentenceTask,
-    training examples, training file, dev sets by name as (examples, file)), `read_unlabelled(FILE)`
+    """A sentence task's data as `finetune` and `distill` take it: `read()` gives its
+    `LabelledSentences`, `read_unlabelled(FILE)`
     the examples of a file in the task's format, its labels ignored; and the recipe's LR and batch
     size. Files are read when the run is planned, not when the command is parsed."""
 
-    read: Callable[[], tuple]
+    read: Callable[[], LabelledSentences]
     read_unlabelled: Callable[[str], list]
     lr: float
     batch_size: int
@@ -388,11 +385,11 @@ def own_sentences(
     """Your own labelled files read by their columns, the label set from `train`."""
     columns = dict(text_column=text_column, pair_column=pair_column)
 
-    def read() -> tuple:
+    def read() -> LabelledSentences:
         labelled = dict(columns, label_column=label_column, regression=regression)
         train_examples = read_labelled_file(train, **labelled)
         dev_examples = read_labelled_file(dev, **labelled)
         task = own_data_task(head, () if regression else label_set(train_examples, train))
-        return task, train_examples, train, {"dev": (dev_examples, dev)}
+        return LabelledSentences(task, train_examples, train, {"dev": (dev_examples, dev)})
 
     return Sentences(read, lambda path: read_labelled_file(path, **columns), lr, batch_size)

@@ -32,13 +32,14 @@ from roberta.options.finetune import DistillLoss
 from roberta.runtime.batching import pad, sorted_batches
 from roberta.tasks.classify import (
     Example,
+    LabelledSentences,
     SentenceTask,
     classify_objective,
     encode,
     encode_sentences,
     sentence_logits,
 )
-from roberta.tasks.finetune import Task, check_head
+from roberta.tasks.finetune import Batching, Task, check_head
 from roberta.train import distributed
 from roberta.train.config import JobConfig
 from roberta.train.run_state import RESULTS_FILE, TEACHER_LOGITS
@@ -253,10 +254,7 @@ class TeacherCache:
 
 
 def plan_distillation(
-    task: SentenceTask,
-    train_examples: Sequence[Example],
-    train_path: str | Path,
-    dev_sets: dict[str, tuple[Sequence[Example], str | Path]],
+    sentences: LabelledSentences,
     transfer: Sequence[Example],
     settings: Distillation,
     job: JobConfig,
@@ -267,20 +265,21 @@ def plan_distillation(
     """The student `model` (from `source`) distilled from `settings.teacher` on the labelled
     examples and the unlabeled `transfer` ones, checked and encoded at a length both models hold;
     RUN/best/ holds the best dev checkpoint, RUN/results.json the distillation's settings."""
+    task = sentences.task
     for name, spec in task.heads.items():  # before the teacher's minutes of loading
         check_head(model, name, spec, source, STUDENT_HEAD_HINT)
     teacher = load_teacher(settings, task, tokenizer)
     cap = min(job.data.max_length, teacher.config.max_seq_len)
     job = dataclasses.replace(job, data=dataclasses.replace(job.data, max_length=cap))
-    data = encode_sentences(task, train_examples, train_path, dev_sets, job, model, tokenizer, source)
+    data = encode_sentences(sentences, job, model, tokenizer, source)
     placeholder = 0.0 if task.regression else 0  # a transfer example's gold label, weighted 0
     transfer_ids = encode(tokenizer, transfer, data.max_length) if transfer else []
     train = (data.train[0] + transfer_ids, data.train[1] + [placeholder] * len(transfer_ids))
     cache = TeacherCache(teacher, task, train[0], tokenizer.pad_id)
-    labelled = len(train_examples)
+    labelled = len(sentences.train)
 
     def objective(member: JobConfig, rank: int, world: int) -> Objective:
-        base = classify_objective(task, train, data.dev, member, tokenizer.pad_id, rank, world)
+        base = classify_objective(task, train, data.dev, Batching(member, tokenizer.pad_id, rank, world))
         return distilled_objective(base, task, cache.logits, labelled, settings)
 
     return Task(

@@ -20,7 +20,7 @@ from roberta.errors import UserError
 from roberta.inputs.rows import read_tsv, table_records
 from roberta.io import atomic_write
 from roberta.similarity.metric import MIN_PAIRS, pearson, spearman
-from roberta.tasks.classify import Example, Sentences, label_ids, parse_label
+from roberta.tasks.classify import Example, LabelledSentences, Sentences, label_ids, parse_label
 
 PREDICTION_HEADER = ["index", "prediction"]
 # A correlation of fewer pairs is not a number (scipy refuses one pair).
@@ -278,7 +278,7 @@ def glue_sentences(name: str, directory: str | Path) -> Sentences:
     """Task `name`'s data in its GLUE `directory`, and the paper's recipe for it."""
     task = get_task(name)
 
-    def read() -> tuple:
-        return sentence_task(task), *read_task_dir(task, Path(directory))
+    def read() -> LabelledSentences:
+        return LabelledSentences(sentence_task(task), *read_task_dir(task, Path(directory)))
 
     return Sentences(read, functools.partial(read_split, task, labelled=False), task.lr, task.batch_size)

@@ -17,7 +17,7 @@ from roberta.errors import UserError
 from roberta.io import read_json
 from roberta.model import RobertaModel
 from roberta.tasks.choice import RACE, ChoiceExample, choice_objective, encode_options
-from roberta.tasks.finetune import Recipe, Task, task_length
+from roberta.tasks.finetune import Batching, Recipe, Task, task_length
 from roberta.tokenizer import Tokenizer
 from roberta.train.config import JobConfig
 from roberta.train.trainer import Objective
@@ -141,10 +141,7 @@ RACE_HEADS = {RACE_HEAD: {"kind": "classification", "num_classes": 1}}  # one sc
 def race_objective(
     train: tuple[list[list[list[int]]], list[RaceExample]],
     eval_sets: dict[str, tuple[list[list[list[int]]], list[RaceExample]]],
-    job: JobConfig,
-    pad_id: int,
-    rank: int = 0,
-    world: int = 1,
+    batching: Batching,
 ) -> Objective:
     """The multiple-choice objective (choice.py) over encoded questions (4 id lists each) and their
     examples, with accuracy per level."""
@@ -153,14 +150,7 @@ def race_objective(
         return encoded, [e.label for e in examples], [LEVELS.index(e.level) for e in examples]
 
     return choice_objective(
-        RACE_HEAD,
-        data(*train),
-        {name: data(*pair) for name, pair in eval_sets.items()},
-        job,
-        pad_id,
-        LEVELS,
-        rank,
-        world,
+        RACE_HEAD, data(*train), {name: data(*pair) for name, pair in eval_sets.items()}, batching, LEVELS
     )
 
 
@@ -190,7 +180,7 @@ def plan_race(
     train = encoded.pop("train")
     return Task(
         objective=lambda member, rank, world: race_objective(
-            train, encoded, member, tokenizer.pad_id, rank, world
+            train, encoded, Batching(member, tokenizer.pad_id, rank, world)
         ),
         max_length=max_length,
         run_info={"task": "race"},

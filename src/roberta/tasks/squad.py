@@ -76,14 +76,12 @@ def squad_objective(
     task: SquadTask,
     train_windows: Sequence[SquadWindow],
     dev: tuple[Sequence[SquadExample], Sequence[SquadWindow]],
-    job: JobConfig,
-    pad_id: int,
+    batching: Batching,
     max_length: int,
-    rank: int = 0,
-    world: int = 1,
 ) -> Objective:
     """Span extraction on windows (`_loss`). Dev: every window's logits gathered, decoded and
     scored with the official metric."""
+    pad_id = batching.pad_id
     dev_examples, dev_windows = dev
 
     def train_batch(indices: np.ndarray) -> Batch:
@@ -113,7 +111,7 @@ def squad_objective(
 
     return batched_objective(
         task.name,
-        Batching(job, pad_id, rank, world),
+        batching,
         train_lengths=[len(w.tokens) for w in train_windows],
         train_batch=train_batch,
         eval_sets={"dev": ([len(w.tokens) for w in dev_windows], dev_batch)},
@@ -159,11 +157,8 @@ def plan_squad(
             task,
             train_windows,
             (dev_examples, dev_windows),
-            member,
-            tokenizer.pad_id,
+            Batching(member, tokenizer.pad_id, rank, world),
             max_length,
-            rank,
-            world,
         ),
         max_length=max_length,
         run_info={"task": f"squad-{version}"},

@@ -143,12 +143,11 @@ def tag_objective(
     labels: list[str],
     train: list[TagWindow],
     held_out: dict[str, TagSet],
-    job: JobConfig,
-    pad_id: int,
+    batching: Batching,
     max_length: int,
-    rank: int = 0,
-    world: int = 1,
 ) -> Objective:
+    pad_id = batching.pad_id
+
     def train_batch(indices: np.ndarray) -> Batch:
         chosen = [train[i] for i in indices]
         return {
@@ -179,7 +178,7 @@ def tag_objective(
 
     return batched_objective(
         data.head,
-        Batching(job, pad_id, rank, world),
+        batching,
         train_lengths=[len(w.tokens) for w in train],
         train_batch=train_batch,
         eval_sets={
@@ -253,7 +252,7 @@ def plan_tagging(data: TagData, job: JobConfig, model: RobertaModel, tokenizer, 
     }
     return Task(
         objective=lambda member, rank, world: tag_objective(
-            data, labels, train, held_out, member, tokenizer.pad_id, max_length, rank, world
+            data, labels, train, held_out, Batching(member, tokenizer.pad_id, rank, world), max_length
         ),
         max_length=max_length,
         run_info={"task": "tag", "scheme": data.scheme, "labels": labels, "label_all": data.label_all},
