@@ -102,7 +102,8 @@ def table_records(
         yield number, {name: fields[i] for name, i in zip(columns, indices)}
 
 
-def _jsonl_records(path: Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
+def json_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSONL file; any other line refused."""
     for number, line in read_lines(path):
         if not line.strip():
             continue
@@ -112,6 +113,11 @@ def _jsonl_records(path: Path, columns: list[str]) -> Iterator[tuple[int, dict[s
             raise UserError(f"{path}:{number}: invalid JSON ({e.msg})") from None
         if not isinstance(record, dict):
             raise UserError(f"{path}:{number}: expected a JSON object")
+        yield number, record
+
+
+def _jsonl_records(path: Path, columns: list[str]) -> Iterator[tuple[int, dict[str, object]]]:
+    for number, record in json_objects(path):
         for name in columns:
             if name not in record:
                 raise UserError(f"{path}:{number}: no field {name!r}")

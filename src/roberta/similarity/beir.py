@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roberta.errors import UserError
-from roberta.inputs.rows import read_lines, read_tsv
+from roberta.inputs.rows import json_objects, read_tsv
 
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -43,15 +43,7 @@ def _records(
     path: Path, fields: tuple[str, ...], optional: tuple[str, ...] = ()
 ) -> Iterator[tuple[int, dict]]:
     """(line, {field: string}) for each non-blank line of a JSONL file, each field checked."""
-    for number, line in read_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{number}: invalid JSON ({e.msg})") from None
-        if not isinstance(record, dict):
-            raise UserError(f"{path}:{number}: expected a JSON object")
+    for number, record in json_objects(path):
         values = {}
         for name in fields + optional:
             value = record.get(name)
