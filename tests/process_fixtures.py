@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,3 +33,9 @@ def run_killed_and_resumed(argv: Callable[[Path], list[str]], whole: Path, kille
     resumed = roberta_process(argv(killed), resume=True)
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out + err
+
+
+def run_figures(run: Path) -> list[dict]:
+    """A run's metrics.jsonl rows without the timing fields: what two runs of the same job share."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]

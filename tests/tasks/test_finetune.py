@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from data_fixtures import glue_slice, save_micro_checkpoint
-from process_fixtures import run_killed_and_resumed
+from process_fixtures import run_figures, run_killed_and_resumed
 from roberta import RobertaConfig, RobertaModel, checkpoint
 from roberta.cli import main
 
@@ -52,11 +52,7 @@ def test_sst2_learns_and_a_killed_run_resumes_bit_identically(micro, sst128, tmp
     assert model.heads["SST-2"].labels == ("0", "1") and tokenizer is not None
 
     # Resumed: the same figures at every step and the same final weights, dropout on.
-    def figures(run):
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]
-
-    assert figures(killed) == figures(whole)
+    assert run_figures(killed) == run_figures(whole)
     final = "checkpoints/step-00000064/model.safetensors"
     a, b = load_file(str(whole / final)), load_file(str(killed / final))
     assert all(a[k].equal(b[k]) for k in a)
@@ -80,11 +76,7 @@ def test_the_embedding_updated_by_rows_trains_bit_identically_to_the_dense_updat
     assert main(["finetune", *glue("SST-2", sst128, micro, tmp_path / "dense", *job)]) == 0
     assert len(calls) == 8
 
-    def figures(run):
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]
-
-    assert figures(tmp_path / "rows") == figures(tmp_path / "dense")
+    assert run_figures(tmp_path / "rows") == run_figures(tmp_path / "dense")
     final = "checkpoints/step-00000008/model.safetensors"
     a, b = load_file(str(tmp_path / "rows" / final)), load_file(str(tmp_path / "dense" / final))
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from data_fixtures import save_micro_checkpoint
-from process_fixtures import run_killed_and_resumed
+from process_fixtures import run_figures, run_killed_and_resumed
 from roberta import checkpoint
 from roberta.cli import main
 from roberta.convert.hf import write_hf_tokenizer
@@ -274,11 +274,7 @@ def test_a_killed_tagging_run_resumes_bit_identically(conll, tmp_path):
         lambda out: finetune(conll, out, "--label-all-tokens"), whole, killed, "step-8:micro-batch-0"
     )
 
-    def figures(run):
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]
-
-    assert figures(killed) == figures(whole)
+    assert run_figures(killed) == run_figures(whole)
     final = "checkpoints/step-00000018/model.safetensors"
     a, b = load_file(whole / final), load_file(killed / final)
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
@@ -301,11 +297,7 @@ def test_the_embedding_updated_by_rows_trains_bit_identically_to_the_dense_updat
     assert main(finetune(conll, tmp_path / "dense", "--train.max_steps=8", "--eval-every", "4")) == 0
     assert len(calls) == 8
 
-    def figures(run):
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "mfu", "data_wait")} for r in rows]
-
-    assert figures(tmp_path / "rows") == figures(tmp_path / "dense")
+    assert run_figures(tmp_path / "rows") == run_figures(tmp_path / "dense")
     final = "checkpoints/step-00000008/model.safetensors"
     a, b = load_file(tmp_path / "rows" / final), load_file(tmp_path / "dense" / final)
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
