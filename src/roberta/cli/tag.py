@@ -6,21 +6,15 @@ from __future__ import annotations
 import argparse
 
 from roberta.cli.common import Handler, add_options, options_from, print_figures
-from roberta.options.tasks import (
-    EvaluateTagOptions,
-    TagColumnsOptions,
-    TagFilesOptions,
-    TagLabelsOptions,
-    TagTrainingOptions,
-)
+from roberta.options.tasks import EvaluateTagOptions, TagColumnsOptions, TagFilesOptions, TagTrainingOptions
 
 
 def _columns(args: argparse.Namespace):
-    """Where the words and tags are (`TagColumnsOptions`), and the tags' names (`TagLabelsOptions`)."""
+    """Where the words and tags are, and the tags' names (`TagColumnsOptions`)."""
     from roberta.tasks.tag_data import TagColumns
 
-    o, labels = options_from(args, TagColumnsOptions), options_from(args, TagLabelsOptions).labels
-    names = tuple(x.strip() for x in labels.split(",")) if labels else ()
+    o = options_from(args, TagColumnsOptions)
+    names = tuple(x.strip() for x in o.labels.split(",")) if o.labels else ()
     return TagColumns(o.word_column, o.tag_column, o.tokens_field, o.tags_field, names)
 
 
@@ -40,7 +34,7 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    add_options(p, TagFilesOptions, TagColumnsOptions, TagLabelsOptions, TagTrainingOptions)
+    add_options(p, TagFilesOptions, TagColumnsOptions, TagTrainingOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -77,7 +71,7 @@ def evaluate_tag(p: argparse.ArgumentParser) -> Handler:
     micro precision, recall and F1 over entities as conlleval (and the seqeval library) count them,
     token accuracy, and precision_T / recall_T / f1_T for each entity type T.
     """
-    add_options(p, EvaluateTagOptions, TagColumnsOptions, TagLabelsOptions)
+    add_options(p, EvaluateTagOptions, TagColumnsOptions)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.tag_data import evaluate_tagged

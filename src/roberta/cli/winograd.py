@@ -12,7 +12,10 @@ from roberta.options.tasks import (
     ChoiceFilesOptions,
     ChoiceOptions,
     EvaluateWinogradOptions,
+    WinograndeLossOptions,
     WinograndeOptions,
+    Wsc273Options,
+    WscLossOptions,
     WscOptions,
 )
 
@@ -29,7 +32,7 @@ def _finetune_wsc(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    add_options(p, WscOptions)
+    add_options(p, WscOptions, Wsc273Options, WscLossOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -38,15 +41,15 @@ def _finetune_wsc(p: argparse.ArgumentParser) -> Handler:
         from roberta.tasks.candidate_scoring import WSC_RECIPE, Loss, plan_wsc
         from roberta.tasks.winograd import winograd_sets
 
-        o = options_from(args, WscOptions)
-        loss = Loss(o.loss, o.margin_alpha, o.margin_beta)
-        data = Path(o.data)
+        data, wsc273 = Path(options_from(args, WscOptions).data), options_from(args, Wsc273Options).wsc273
+        ranking = options_from(args, WscLossOptions)
+        loss = Loss(ranking.loss, ranking.margin_alpha, ranking.margin_beta)
 
         def plan(job, model, tokenizer, source):
             from roberta.tasks.winograd_data import read_superglue_wsc
 
             train, _ = read_superglue_wsc(data / "train.jsonl", labelled=True)
-            held_out = winograd_sets(o.wsc273, None, data / "val.jsonl")
+            held_out = winograd_sets(wsc273, None, data / "val.jsonl")
             sets = {"val": held_out.pop("superglue"), **held_out}
             return plan_wsc(train, sets, loss, job, model, tokenizer, source)
 
@@ -83,7 +86,7 @@ def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
     """
     from roberta.cli.finetune import _finetune_options
 
-    add_options(p, WinograndeOptions)
+    add_options(p, WinograndeOptions, WinograndeLossOptions)
     _finetune_options(p)
 
     def run(args: argparse.Namespace) -> None:
@@ -97,7 +100,8 @@ def _finetune_winogrande(p: argparse.ArgumentParser) -> Handler:
         if o.method == "lm":
             from roberta.tasks.candidate_scoring import Loss
 
-            loss = Loss(o.loss, o.margin_alpha, o.margin_beta)
+            ranking = options_from(args, WinograndeLossOptions)
+            loss = Loss(ranking.loss, ranking.margin_alpha, ranking.margin_beta)
 
             def plan(job, model, tokenizer, source):
                 from roberta.tasks.candidate_scoring import plan_wsc
@@ -184,13 +188,13 @@ def _evaluate_winograd(p: argparse.ArgumentParser) -> Handler:
     scores more than the other; SuperGLUE WSC: the query predicted true when it scores at least
     every candidate noun phrase of the sentence.
     """
-    add_options(p, EvaluateWinogradOptions)
+    add_options(p, EvaluateWinogradOptions, Wsc273Options)
 
     def run(args: argparse.Namespace) -> None:
         from roberta.tasks.winograd import zero_shot
 
-        o = options_from(args, EvaluateWinogradOptions)
-        print_figures(zero_shot(o.model, o.wsc273, o.winogrande, o.superglue, o.wnli))
+        o, wsc273 = options_from(args, EvaluateWinogradOptions), options_from(args, Wsc273Options).wsc273
+        print_figures(zero_shot(o.model, wsc273, o.winogrande, o.superglue, o.wnli))
 
     return run
 

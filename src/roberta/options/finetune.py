@@ -136,13 +136,17 @@ class DistillLoss:
         check(self, "distill")
 
 
+def student_model(tokenizer: str, **cli) -> object:
+    """The checkpoint `distill` starts its student from: `--model`, once `--student`."""
+    help = f"checkpoint to start the student from (any shape, {tokenizer} tokenizer)"
+    return model_option(help, older=("--student",), **cli)
+
+
 @dataclass(frozen=True)
 class StudentOptions:
     """Where `distill glue|classify` starts its student, and the unlabeled text it learns from too."""
 
-    model: str = model_option(
-        "checkpoint to start the student from (any shape, same tokenizer)", older=("--student",)
-    )
+    model: str = student_model("same")
     transfer: str | None = option(
         None,
         "unlabeled examples distilled too, in the task's format (glue: a TSV in the task's layout; "
@@ -156,12 +160,7 @@ class DistillEmbedOptions:
     """`distill embed`'s teacher and where its student starts: a checkpoint, or made from the teacher."""
 
     teacher: str = required("a sentence-transformers model directory", "DIR")
-    model: str | None = model_option(
-        "checkpoint to start the student from (any shape, any tokenizer)",
-        older=("--student",),
-        default=None,
-        group="student",
-    )
+    model: str | None = student_model("any", default=None, group="student")
     new_student: str | None = option(
         None,
         "make the student from the teacher, e.g. 2x128: its vocabulary, its token vectors as the "

@@ -1,5 +1,5 @@
 """The options of the task families with both a `finetune` and an `evaluate` sub-verb: token
-tagging, Winograd schemas and multiple choice; and of `evaluate glue|squad|sts`."""
+tagging, Winograd schemas and multiple choice; then of the `evaluate` verbs."""
 
 from __future__ import annotations
 
@@ -11,13 +11,38 @@ from roberta.options.inference import POOLS
 
 WINOGRANDE_SIZES = ("xs", "s", "m", "l", "xl")
 # The Winograd ranking losses: fairseq's cross-entropy over the candidates, or Kocijan et al. 2019's
-# margin loss (`tasks.candidate_scoring.Loss` takes its defaults and rules from WscOptions).
+# margin loss (`tasks.candidate_scoring.Loss` takes its defaults and rules from WscLossOptions).
 LOSSES = ("cross-entropy", "margin")
+
+
+def ranking_loss_options(name: str, kind: str, alpha: float, beta: float, applies: str = "") -> type:
+    """The Winograd ranking loss's options (--loss, --margin-alpha, --margin-beta), declared once
+    for `finetune wsc` and `finetune winogrande --method lm`, with a verb's defaults (`kind` the
+    loss's); `applies` begins their help when they apply only sometimes."""
+
+    @dataclass(frozen=True)
+    class RankingLossOptions:
+        loss: str = option(kind, applies + "the ranking loss: cross-entropy or margin (default {default})")
+        margin_alpha: float = option(alpha, applies + "margin loss: the hinge's weight (default {default:g})")
+        margin_beta: float = option(beta, applies + "margin loss: the margin (default {default:g})")
+
+        CHOICES = {"loss": LOSSES}
+        RANGES = {"margin_alpha": ">=0"}
+
+    RankingLossOptions.__name__ = RankingLossOptions.__qualname__ = name
+    return RankingLossOptions
+
+
+# fairseq's `wsc` task: cross-entropy with --wsc-cross-entropy, else the margin loss with alpha 1, beta 0.
+WscLossOptions = ranking_loss_options("WscLossOptions", "cross-entropy", 1.0, 0.0)
+# fairseq's WinoGrande recipe (examples/roberta/wsc/README.md): the margin loss, alpha 5, beta 0.4.
+WinograndeLossOptions = ranking_loss_options("WinograndeLossOptions", "margin", 5.0, 0.4, "--method lm: ")
 
 
 @dataclass(frozen=True)
 class TagColumnsOptions:
-    """Where a tagged file's words and tags are, and how its tags read."""
+    """How `finetune tag` and `evaluate tag` read a tagged file: where its words and tags are, how
+    its tags read, and their names in their ids' order."""
 
     tag_column: int = option(
         -1,
@@ -30,6 +55,12 @@ class TagColumnsOptions:
         "tokens", "JSONL/Parquet: the list of words (default {default})", metavar="NAME"
     )
     tags_field: str = option("tags", "JSONL/Parquet: the list of tags (default {default})", metavar="NAME")
+    labels: str | None = option(
+        None,
+        "the labels in id order: the head's (finetune tag; default: the training data's), the names of "
+        "numeric tags in JSONL/Parquet rows",
+        metavar="A,B,...",
+    )
     scheme: str = option(
         "iob2",
         "the tags' scheme: iob2 (default), iob1, iobes, or none (plain labels such as parts of "
@@ -43,18 +74,6 @@ class TagFilesOptions:
     train: str = required("tagged training file")
     dev: str = required("tagged dev file (picks RUN/best/)")
     test: str | None = option(None, "tagged test file, scored beside dev", metavar="FILE")
-
-
-@dataclass(frozen=True)
-class TagLabelsOptions:
-    """The tags' names in their ids' order, which `finetune tag` and `evaluate tag` both take."""
-
-    labels: str | None = option(
-        None,
-        "the labels in id order: the head's (finetune tag; default: the training data's), the names of "
-        "numeric tags in JSONL/Parquet rows",
-        metavar="A,B,...",
-    )
 
 
 @dataclass(frozen=True)
@@ -79,24 +98,17 @@ class TagTrainingOptions:
 
 
 @dataclass(frozen=True)
-class EvaluateTagOptions:
-    gold: str = required("the tagged reference")
-    predictions: str = required("the same sentences, tagged")
+class Wsc273Options:
+    """WSC273, which `evaluate winograd` scores, and `finetune wsc` at each evaluation too."""
+
+    wsc273: str | None = option(
+        None, "WSCollection.xml: its first 273 schemas (finetune wsc: at each evaluation)", metavar="FILE"
+    )
 
 
 @dataclass(frozen=True)
 class WscOptions:
     data: str = required("SuperGLUE WSC: train.jsonl, val.jsonl", "DIR")
-    wsc273: str | None = option(
-        None, "WSCollection.xml: WSC273 accuracy at each evaluation too", metavar="FILE"
-    )
-    loss: str = option("cross-entropy", "cross-entropy (fairseq's, default) or margin")
-    # fairseq's margin defaults: alpha 1, beta 0.
-    margin_alpha: float = option(1.0, "margin loss: the hinge's weight (default {default:g})")
-    margin_beta: float = option(0.0, "margin loss: the margin (default {default:g})")
-
-    CHOICES = {"loss": LOSSES}
-    RANGES = {"margin_alpha": ">=0"}
 
 
 @dataclass(frozen=True)
@@ -104,12 +116,8 @@ class WinograndeOptions:
     data: str = required("WinoGrande: train_SIZE.jsonl, dev.jsonl", "DIR")
     size: str = option("xs", "training size (default {default})")
     method: str = option("head", "ranking head or masked LM")
-    loss: str = option("margin", "--method lm: margin (default) or cross-entropy")
-    margin_alpha: float = option(5.0, "--method lm: hinge weight (default {default:g})")
-    margin_beta: float = option(0.4, "--method lm: margin (default {default})")
 
-    CHOICES = {"size": WINOGRANDE_SIZES, "method": ("head", "lm"), "loss": LOSSES}
-    RANGES = {"margin_alpha": ">=0"}
+    CHOICES = {"size": WINOGRANDE_SIZES, "method": ("head", "lm")}
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,6 @@ class ChoiceOptions:
 @dataclass(frozen=True)
 class EvaluateWinogradOptions:
     model: str = model_option("checkpoint with a masked-LM head")
-    wsc273: str | None = option(None, "WSCollection.xml (its first 273 schemas)", metavar="FILE")
     winogrande: str | None = option(None, "WinoGrande JSONL with answers (dev.jsonl)", metavar="FILE")
     superglue: str | None = option(None, "SuperGLUE WSC JSONL with labels (val.jsonl)", metavar="FILE")
     wnli: str | None = option(None, "GLUE WNLI TSV with labels (dev.tsv), read as schemas", metavar="FILE")
@@ -176,3 +183,9 @@ class EvaluateStsOptions:
     pool: str | None = option(None, "our checkpoints: pool the last layer this way")
 
     CHOICES = {"pool": POOLS}
+
+
+@dataclass(frozen=True)
+class EvaluateTagOptions:
+    gold: str = required("the tagged reference")
+    predictions: str = required("the same sentences, tagged")

@@ -26,7 +26,7 @@ import torch
 from roberta.checkpoint import require_lm_head
 from roberta.errors import UserError
 from roberta.model import RobertaModel
-from roberta.options.tasks import WscOptions
+from roberta.options.tasks import WscLossOptions
 from roberta.runtime.batching import pad
 from roberta.tasks.finetune import Batching, Recipe, Task, batched_objective, mean_loss, sequence_length
 from roberta.tasks.winograd_data import Schema
@@ -47,15 +47,15 @@ _CAPITAL_STARTS = frozenset("The A An His Her Their My Our Its Your This That Th
 @dataclass(frozen=True)
 class Loss:
     """The ranking loss: "cross-entropy" (fairseq's variant) or "margin" (Kocijan et al. 2019), its
-    defaults and rules `finetune wsc`'s options (`roberta.options.tasks.WscOptions`)."""
+    defaults and rules `finetune wsc`'s options (`roberta.options.tasks.WscLossOptions`)."""
 
-    kind: str = WscOptions.loss
-    alpha: float = WscOptions.margin_alpha
-    beta: float = WscOptions.margin_beta
+    kind: str = WscLossOptions.loss
+    alpha: float = WscLossOptions.margin_alpha
+    beta: float = WscLossOptions.margin_beta
 
     def __post_init__(self) -> None:
         for name, value in (("loss", self.kind), ("margin_alpha", self.alpha), ("margin_beta", self.beta)):
-            check_value(WscOptions, name, value, "loss")
+            check_value(WscLossOptions, name, value, "loss")
 
     def __call__(self, query: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """The loss of one schema from its query's score (0-d) and its candidates' ([K])."""
