@@ -252,8 +252,10 @@ FINETUNE_CASES: list[Case] = [
         "race --data.max_length=20 --max-qa 16",
     ),
     refused("max-length-squad", "data.max_length = 4", "squad --data.max_length=4"),
-    refused("max-qa-zero", "--max-qa must be at least 1, not 0", "race --max-qa 0"),
-    refused("max-qa-negative", "--max-qa must be at least 1, not -3", "race --max-qa -3"),
+    refused("max-qa-zero", "finetune race: field 'max_qa' must be at least 1, not 0", "race --max-qa 0"),
+    refused(
+        "max-qa-negative", "finetune race: field 'max_qa' must be at least 1, not -3", "race --max-qa -3"
+    ),
     refused(
         "model-num-layers",
         "model.num_layers = 4: a fine-tuned model's shape comes from",
@@ -267,8 +269,12 @@ FINETUNE_CASES: list[Case] = [
         "model.classifier_dropout",
         "glue --model.classifier_dropout=1.5",
     ),
-    refused("eval-every-zero", "--eval-every must be at least 1", "glue --eval-every 0"),
-    refused("seeds-zero", "--seeds must be at least 1", "glue --seeds 0"),
+    refused(
+        "eval-every-zero",
+        "finetune glue: field 'eval_every' must be at least 1, not 0",
+        "glue --eval-every 0",
+    ),
+    refused("seeds-zero", "finetune glue: field 'seeds' must be at least 1, not 0", "glue --seeds 0"),
     # A sweep's fourth member (batch 32) cannot split into micro-batches of 24: no member's directory is made.
     refused(
         "sweep-member-four-invalid",
@@ -473,7 +479,7 @@ FINETUNE_CASES: list[Case] = [
     ),
     Case(
         "finetune/embed-max-sentences-zero",
-        "--max-sentences must be at least 1, not 0",
+        "finetune embed: field 'max_sentences' must be at least 1, not 0",
         argv=lambda e: embed(e, sentences(e), "--max-sentences", "0"),
     ),
     Case(

@@ -88,6 +88,38 @@ def test_the_tasks_use_the_declarations_defaults_and_rules():
         PretrainDistillation("t", soft_weight=-1.0)
 
 
+def test_a_python_caller_meets_the_same_rules():
+    """The tasks check what they are given against the options' declarations: the message the
+    command line gives (which refuses first), for a caller that bypasses it."""
+    from roberta.qa.windows import make_windows
+    from roberta.tasks.candidate_scoring import Loss
+    from roberta.tasks.embed import EmbedData
+    from roberta.tasks.embed_distill import Similarity
+    from roberta.tasks.finetune import load_finetune_job, runs
+    from roberta.tasks.race import plan_race
+
+    rule = r"field '{}' must be (at least {}|a finite number), not {}$"
+    job = load_finetune_job(None, [], 1e-5, 16, eval_every=5)
+    assert job.train.eval_every == 5 and len(runs(job, Path("run"), 2, False)) == 2
+    cases = [
+        (
+            lambda: load_finetune_job(None, [], 1e-5, 16, eval_every=0),
+            "^finetune: " + rule.format("eval_every", 1, 0),
+        ),
+        (lambda: runs(job, Path("run"), 0, False), "^finetune: " + rule.format("seeds", 1, 0)),
+        (lambda: EmbedData(Path("dev.tsv"), ("a.txt",), max_sentences=0), rule.format("max_sentences", 1, 0)),
+        (lambda: plan_race("RACE", 0, job, None, None, "M"), rule.format("max_qa", 1, 0)),
+        (lambda: make_windows(None, [], 384, -1, 64, train=True), rule.format("stride", 0, -1)),
+        (lambda: make_windows(None, [], 384, 128, 0, train=True), rule.format("max_query", 1, 0)),
+        (lambda: Similarity(float("inf")), rule.format("similarity_weight", 0, "inf")),
+        (lambda: Loss("margin", -1.0), rule.format("margin_alpha", 0, r"-1\.0")),
+    ]
+    for call, message in cases:
+        with pytest.raises(UserError, match=message):
+            call()
+    assert EmbedData(Path("dev.tsv"), ("a.txt",), max_sentences=1).max_sentences == 1
+
+
 def refused(capsys, argv: list[str]) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -116,6 +148,38 @@ def refused(capsys, argv: list[str]) -> str:
             "roberta: error: serve: field 'port' must be in [0, 65535], not 70000",
         ),
         ("probe RUN --glue G --seeds 0", "roberta: error: probe: field 'seeds' must be at least 1, not 0"),
+        (
+            "finetune glue --task RTE --data D --model M --eval-every 0",
+            "roberta: error: finetune glue: field 'eval_every' must be at least 1, not 0",
+        ),
+        (
+            "distill glue --task RTE --data D --teacher T --model S --seeds 0",
+            "roberta: error: distill glue: field 'seeds' must be at least 1, not 0",
+        ),
+        (
+            "finetune embed --text a --dev b --model M --max-sentences 0",
+            "roberta: error: finetune embed: field 'max_sentences' must be at least 1, not 0",
+        ),
+        (
+            "distill embed --text a --dev b --teacher T --new-student 2x128 --similarity-weight nan",
+            "roberta: error: distill embed: field 'similarity_weight' must be a finite number, not nan",
+        ),
+        (
+            "finetune race --data D --model M --max-qa 0",
+            "roberta: error: finetune race: field 'max_qa' must be at least 1, not 0",
+        ),
+        (
+            "finetune squad --version 1.1 --train a --dev b --model M --stride -1",
+            "roberta: error: finetune squad: field 'stride' must be at least 0, not -1",
+        ),
+        (
+            "finetune wsc --data D --model M --margin-alpha -1",
+            "roberta: error: finetune wsc: field 'margin_alpha' must be at least 0, not -1.0",
+        ),
+        (
+            "finetune winogrande --data D --model M --method lm --margin-alpha -2",
+            "roberta: error: finetune winogrande: field 'margin_alpha' must be at least 0, not -2.0",
+        ),
     ],
 )
 def test_a_value_outside_its_rule_is_one_line_and_exit_2_before_anything_is_written(

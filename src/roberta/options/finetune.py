@@ -43,6 +43,8 @@ class RunOptions:
         False, "replace what --out holds (removed only once the whole command has been checked)"
     )
 
+    RANGES = {"eval_every": ">=1", "seeds": ">=1"}
+
 
 @dataclass(frozen=True)
 class GlueDataOptions:
@@ -77,12 +79,15 @@ class SquadOptions:
     max_query: int = option(64, "question tokens kept (default {default})")
 
     CHOICES = {"version": ("1.1", "2.0")}
+    RANGES = {"stride": ">=0", "max_query": ">=1"}
 
 
 @dataclass(frozen=True)
 class RaceOptions:
     data: str = required("RACE directory: train/ dev/ [test/]", "DIR")
     max_qa: int = option(128, "question + option tokens kept (default {default})")
+
+    RANGES = {"max_qa": ">=1"}
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class EmbedDataOptions:
     )
 
     CHOICES = {"pool": POOLS}
+    RANGES = {"max_sentences": ">=1"}
 
 
 @dataclass(frozen=True)

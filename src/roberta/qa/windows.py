@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from roberta.errors import UserError
+from roberta.options.finetune import SquadOptions
 from roberta.qa.examples import SquadExample
 from roberta.tokenizer import Tokenizer
+from roberta.validation import check_value
 
 # Tokens per window, as in BERT's run_squad.py and HF's run_qa.py (max_seq_length 384).
 SQUAD_MAX_LENGTH = 384
@@ -75,8 +77,8 @@ def make_windows(
     answer lies outside the window, and for impossible questions); a question whose answer
     cannot be located is skipped, counted in `mismatched_ids`, and named in a warning.
     """
-    if max_query < 1 or stride < 0:
-        raise UserError(f"max_query must be positive and stride non-negative (got {max_query}, {stride})")
+    check_value(SquadOptions, "max_query", max_query, "squad")
+    check_value(SquadOptions, "stride", stride, "squad")
     # HF's recipe strips leading whitespace: some SQuAD questions start with many spaces.
     questions = tokenizer.tokenize_ids_batch([e.question.lstrip() for e in examples])
     # A context is tokenized once for all its questions.

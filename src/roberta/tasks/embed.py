@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from roberta.errors import UserError
 from roberta.inputs.text import InputOptions, TrainingText
 from roberta.model import EMBEDDING_HEAD, RobertaModel
-from roberta.options.finetune import EmbedPairsOptions
+from roberta.options.finetune import EmbedDataOptions, EmbedPairsOptions
 from roberta.runtime.batching import pad
 from roberta.similarity.metric import sts_figures
 from roberta.similarity.pairs import Columns, Pair, read_pairs
@@ -74,8 +74,6 @@ TEACHER_BATCH = 64  # sentences per teacher forward while caching its vectors
 def read_sentences(inputs: Sequence[str | Path], limit: int | None, progress: bool = True) -> list[str]:
     """The non-blank lines of text files, a directory of them, JSONL or Parquet/Arrow records (as
     `prepare` reads them, every line a sentence), the first `limit` of them if given."""
-    if limit is not None and limit < 1:
-        raise UserError(f"--max-sentences must be at least 1, not {limit}")
     text = TrainingText(list(inputs), InputOptions(line_is_document=True), progress)
     sentences: list[str] = []
     try:
@@ -158,6 +156,7 @@ class EmbedData:
     max_sentences: int | None = None
 
     def __post_init__(self) -> None:
+        check_value(EmbedDataOptions, "max_sentences", self.max_sentences, "embed")
         if bool(self.text) == (self.pairs is not None):
             raise UserError("give --text (sentences, one a line) or --pairs (a table of pairs), one of them")
         if self.dev_columns.score is None:

@@ -22,7 +22,6 @@ two texts on consecutive rows).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,11 +60,10 @@ class Similarity:
     temperature: float = SIMILARITY_TEMPERATURE
 
     def __post_init__(self) -> None:
-        # The command line's rule and message ("field 'similarity_weight' must be ..."), and finite.
+        # The command line's rules and message ("field 'similarity_weight' must be ..."): a float
+        # field is a finite number, the weight at least 0, the temperature positive.
         for name, value in (("similarity_weight", self.weight), ("similarity_temperature", self.temperature)):
             check_value(DistillLeverOptions, name, value, "distill embed")
-            if not math.isfinite(value):
-                raise UserError(f"distill embed: field {name!r} must be a finite number, not {value}")
 
 
 def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float, skip_diagonal: bool) -> torch.Tensor:

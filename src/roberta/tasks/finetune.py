@@ -40,13 +40,14 @@ from roberta import checkpoint
 from roberta.errors import UserError
 from roberta.io import read_json, write_json
 from roberta.model import RobertaModel, build_head
+from roberta.options.finetune import RunOptions
 from roberta.runtime.batching import LengthBatches, sorted_batches
 from roberta.train import distributed, run_state
 from roberta.train.config import JobConfig, ModelSection, load_job_config
 from roberta.train.metrics import training_flops_per_token
 from roberta.train.trainer import RESULTS_FILE, Batch, Objective, RunPlan, TrainResult, batch_plan, plan_run
 from roberta.train.trainer import train as train_run
-from roberta.validation import check_fields
+from roberta.validation import check_fields, check_value
 
 # The paper's fine-tuning recipe (Liu et al. 2019, appendix Table 10, GLUE column: weight decay 0.1,
 # 10 epochs, warmup 6% of updates then linear decay) with fairseq's AdamW (0.9, 0.98), eps 1e-6
@@ -93,8 +94,7 @@ def load_finetune_job(
 ) -> JobConfig:
     """The paper's recipe with the task's LR, batch and epochs (and `eval_every`, the command's
     --eval-every: dev evaluations every N updates), then the TOML file, then overrides."""
-    if eval_every is not None and eval_every < 1:
-        raise UserError(f"--eval-every must be at least 1, not {eval_every}")
+    check_value(RunOptions, "eval_every", eval_every, "finetune")
     extra = [*extra, *([f"--train.eval_every={eval_every}"] if eval_every else [])]
     defaults = [
         *COMMON_DEFAULTS,
@@ -336,8 +336,7 @@ def batched_objective(
 
 def runs(job: JobConfig, out: Path, seeds: int, sweep: bool) -> list[tuple[JobConfig, Path]]:
     """The (job, run directory) of each run: one, several seeds, or the paper's grid x seeds."""
-    if seeds < 1:
-        raise UserError(f"--seeds must be at least 1, not {seeds}")
+    check_value(RunOptions, "seeds", seeds, "finetune")
     cells = [(job.train.batch_size, job.optim.lr)] if not sweep else SWEEP
     planned = []
     for batch, lr in cells:

@@ -16,11 +16,13 @@ from pathlib import Path
 from roberta.errors import UserError
 from roberta.io import read_json
 from roberta.model import RobertaModel
+from roberta.options.finetune import RaceOptions
 from roberta.tasks.choice import RACE, ChoiceExample, choice_objective, encode_options
 from roberta.tasks.finetune import Batching, Recipe, Task, task_length
 from roberta.tokenizer import Tokenizer
 from roberta.train.config import JobConfig
 from roberta.train.trainer import Objective
+from roberta.validation import check_value
 
 LEVELS = ("middle", "high")
 LETTERS = "ABCD"
@@ -164,8 +166,7 @@ def plan_race(
 ) -> Task:
     """RACE from DIR/train, evaluated on DIR/dev and DIR/test (when there), read, checked and
     encoded for `model` (fine-tuned from `source`); RUN/best/ holds the best dev accuracy."""
-    if max_qa < 1:
-        raise UserError(f"--max-qa must be at least 1, not {max_qa}")
+    check_value(RaceOptions, "max_qa", max_qa, "finetune race")
     data_dir = Path(data_dir)
     splits = {
         name: read_race(data_dir / name)
