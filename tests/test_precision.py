@@ -127,7 +127,50 @@ def test_the_hub_in_bf16_answers_fp32_tensors_close_to_fp32s(micro_checkpoint):
     assert torch.allclose(logits, fp32.predict("sentiment", ids, return_logits=True), atol=0.05)
     features = bf16.extract_features(ids[0])
     assert features.dtype == torch.float32
-    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # autocast: weights stay fp32
+    # The products' weights held in bf16 (not cast at each call); LayerNorm and the embeddings fp32.
+    layer = bf16.model.layers[0]
+    assert layer.fc1.weight.dtype == layer.attention.qkv.bias.dtype == torch.bfloat16
+    assert layer.ffn_layer_norm.weight.dtype == bf16.model.embed_tokens.weight.dtype == torch.float32
+
+
+def test_bf16_weights_held_once_compute_what_autocast_computes_and_fp32_comes_back_exact(
+    micro_checkpoint, tmp_path
+):
+    from roberta.checkpoint import save
+
+    fp32, hub = load(micro_checkpoint), load(micro_checkpoint).use_precision("bf16")
+    ids = fp32.encode_batch(TEXTS)
+    masked = ["Hello <mask>!", "A longer sentence, with a <mask> and more words in it."]
+    # Autocast over the fp32 weights, cast at each call as before: the same numbers, to the bit.
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        batch = torch.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=fp32.tokenizer.pad_id)
+        autocast_first = fp32.model(batch).last_hidden_state[:, 0].float()
+        autocast_logits = fp32.model.mask_logits(
+            torch.stack([fp32.encode_masked(masked[0])]), fp32.tokenizer.mask_id
+        )
+    assert hub.extract_features(batch)[:, 0].equal(autocast_first)
+    assert hub.mask_logits(masked[0]).equal(autocast_logits[0].float())  # the tied projection too
+    assert hub.fill_mask(masked, topk=3)[0][0][2] == fp32.fill_mask(masked, topk=3)[0][0][2]
+    # A call that runs the model itself (disambiguate's scoring) runs under the hub's autocast too.
+    sentence = "The trophy would not fit in the suitcase because [it] was too big."
+    scores = [hub.disambiguate(sentence, ["trophy", "suitcase"], return_scores=True) for hub in (hub, fp32)]
+    assert [name for name, _ in scores[0]] == ["trophy", "suitcase"]
+    assert max(abs(a[1] - b[1]) for a, b in zip(*scores)) < 0.05
+    # state_dict() and a checkpoint saved meanwhile are the exact fp32 weights.
+    reference = fp32.model.state_dict()
+    assert all(
+        v.dtype == reference[k].dtype and v.equal(reference[k]) for k, v in hub.model.state_dict().items()
+    )
+    saved = load_file(save(tmp_path / "saved", hub.model, hub.tokenizer) / "model.safetensors")
+    assert saved and all(v.dtype == torch.float32 and v.equal(reference[k]) for k, v in saved.items())
+    # Train mode gives the fp32 weights back (a trainer's autocast casts them), eval holds them again.
+    assert all(p.dtype == torch.float32 for p in hub.train().model.parameters())
+    assert hub.eval().model.layers[1].fc2.weight.dtype == torch.bfloat16
+    # fp32 again: the very weights, and fp32's vectors to the last digit.
+    hub.use_precision("fp32")
+    assert all(p.dtype == torch.float32 for p in hub.model.parameters())
+    assert hub.model.lm_head.weight is hub.model.embed_tokens.weight  # tied again
+    assert hub.embed(ids, pool="mean").equal(fp32.embed(ids, pool="mean"))
 
 
 def test_answer_runs_in_bf16_with_scores_close_to_fp32s(micro_checkpoint):
@@ -231,6 +274,7 @@ def test_serve_in_bf16_answers_vectors_close_to_fp32s(micro_checkpoint):
             assert status == 200, answer
             answers[precision] = torch.tensor(answer["embeddings"])
         assert F.cosine_similarity(answers["bf16"], answers["fp32"]).min() > 0.999
+        assert hubs["bf16"].model.layers[0].fc1.weight.dtype == torch.bfloat16  # held, not cast per request
     finally:
         for server in servers.values():
             server.stop()

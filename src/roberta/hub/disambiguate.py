@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from roberta.checkpoint import require_lm_head
 from roberta.errors import UserError
+from roberta.runtime.precision import autocast
 from roberta.tasks.candidate_scoring import score_schemas
 from roberta.tasks.noun_phrases import candidates_for
 from roberta.tasks.winograd_data import Schema
@@ -68,7 +69,8 @@ def disambiguate(
     texts = [query, *candidates] if query is not None else candidates
     schema = Schema("0", schema.prefix, schema.space, schema.suffix, texts[0], tuple(texts[1:]), None)
     was_training = hub.training
-    scores = score_schemas(hub.model.eval(), hub.tokenizer, [schema])[0]
+    with autocast(hub.precision, hub.device):  # in bf16 the hub holds bf16 weights: autocast's products
+        scores = score_schemas(hub.model.eval(), hub.tokenizer, [schema])[0]
     hub.train(was_training)
     if return_scores:
         return list(zip(texts, scores))

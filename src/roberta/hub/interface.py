@@ -29,6 +29,7 @@ from roberta.hub.inputs import TokenSeqs, as_fp32, check_ids, refuse_or_warn, se
 from roberta.hub.tag import tag
 from roberta.model import RobertaModel
 from roberta.runtime.batching import length_batches, pad
+from roberta.runtime.bf16 import HeldWeights
 from roberta.runtime.precision import INFERENCE, autocast, resolve
 from roberta.tokenizer import Tokenizer
 
@@ -47,6 +48,7 @@ class Roberta(nn.Module):
         self.tokenizer = tokenizer
         self.batch_tokens = batch_tokens
         self.precision = "fp32"  # or bf16 (autocast) or int8 (quantized): `use_precision`
+        self._held = HeldWeights(model)  # in bf16 and eval mode, the products' weights in bf16
 
     @classmethod
     def from_pretrained(
@@ -76,13 +78,29 @@ class Roberta(nn.Module):
         stack.enter_context(autocast(self.precision, self.device))
         return stack
 
+    def train(self, mode: bool = True) -> Roberta:
+        """nn.Module's; in bf16, eval mode also holds the matrix products' weights in bf16 (not cast
+        again at each call: `runtime.bf16`) and train mode gives them back in fp32, where autocast
+        casts them as a trainer's does."""
+        super().train(mode)
+        self._hold_weights()
+        return self
+
+    def _hold_weights(self) -> None:
+        if self.precision == "bf16" and not self.training:
+            self._held.hold()
+        else:
+            self._held.release()
+
     def _outputs(self, value):
         """What a call returns: under bf16 autocast, its float tensors as fp32, as every caller expects."""
         return as_fp32(value) if self.precision == "bf16" else value
 
     def use_precision(self, precision: str = "auto") -> Roberta:
-        """Run every call in `precision`: fp32 (as loaded), bf16 (autocast: the weights stay fp32, the
-        matrix products run in bf16; outputs come back fp32), int8 (`quantize`), or auto: bf16 on a
+        """Run every call in `precision`: fp32 (as loaded), bf16 (autocast: the matrix products run
+        in bf16, their weights held in bf16 while the hub is in eval mode, LayerNorm and the
+        embeddings in fp32; outputs come back fp32; `state_dict()` and a checkpoint saved from it
+        stay the exact fp32 weights, which fp32 gets back), int8 (`quantize`), or auto: bf16 on a
         CPU with native bf16 units (AMX, AVX512-BF16) or a bf16 GPU, else fp32 (`roberta.runtime.precision`).
         Returns the hub."""
         if precision not in INFERENCE:
@@ -93,6 +111,7 @@ class Roberta(nn.Module):
         if chosen == "int8":
             return self.quantize()
         self.precision = chosen
+        self._hold_weights()
         return self
 
     def quantize(self) -> Roberta:
@@ -107,6 +126,7 @@ class Roberta(nn.Module):
         """
         from roberta.runtime.int8 import quantize_model
 
+        self._held.release()  # int8 quantizes the fp32 weights
         quantize_model(self.model, self.device)
         self.precision = "int8"
         return self.eval()
