@@ -290,17 +290,17 @@ CASES = [
     ),
     Case(
         "prepare/valid-fraction-1",
-        "--valid-fraction",
+        "prepare: field 'valid_fraction' must be in [0, 1), not 1.0",
         argv=lambda e: [*e.prepare_args(e.texts()), "--valid-fraction", "1"],
     ),
     Case(
         "prepare/zero-workers",
-        "must be positive",
+        "prepare: field 'workers' must be at least 1, not 0",
         argv=lambda e: [*e.prepare_args(e.texts()), "--workers", "0"],
     ),
     Case(
         "prepare/zero-shard-mb",
-        "must be positive",
+        "prepare: field 'shard_mb' must be at least 1, not 0",
         argv=lambda e: [*e.prepare_args(e.texts()), "--shard-mb", "0"],
     ),
     Case(

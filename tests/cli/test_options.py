@@ -91,6 +91,8 @@ def test_the_tasks_use_the_declarations_defaults_and_rules():
 def test_a_python_caller_meets_the_same_rules():
     """The tasks check what they are given against the options' declarations: the message the
     command line gives (which refuses first), for a caller that bypasses it."""
+    from roberta.data.prepare import prepare
+    from roberta.qa.examples import check_version
     from roberta.qa.windows import make_windows
     from roberta.tasks.candidate_scoring import Loss
     from roberta.tasks.embed import EmbedData
@@ -113,6 +115,12 @@ def test_a_python_caller_meets_the_same_rules():
         (lambda: make_windows(None, [], 384, 128, 0, train=True), rule.format("max_query", 1, 0)),
         (lambda: Similarity(float("inf")), rule.format("similarity_weight", 0, "inf")),
         (lambda: Loss("margin", -1.0), rule.format("margin_alpha", 0, r"-1\.0")),
+        (lambda: prepare(["a.txt"], "tok", "out", workers=0), "^prepare: " + rule.format("workers", 1, 0)),
+        (
+            lambda: prepare(["a.txt"], "tok", "out", valid_fraction=1),
+            r"field 'valid_fraction' must be in \[0, 1\)",
+        ),
+        (lambda: check_version("3.0"), r"^squad: field 'version' must be one of 1\.1, 2\.0, not '3\.0'$"),
     ]
     for call, message in cases:
         with pytest.raises(UserError, match=message):

@@ -42,6 +42,8 @@ from roberta.inputs.text import (
     iter_chunks,
 )
 from roberta.io import publish_directory, write_json
+from roberta.options.corpus import PrepareOptions, TextCorpusOptions
+from roberta.validation import check_value
 
 if TYPE_CHECKING:
     from roberta.tokenizer import Tokenizer
@@ -250,12 +252,14 @@ def _check_options(
     shard_bytes: int,
     overwrite: bool,
 ) -> None:
-    if errors not in ("strict", "replace"):
-        raise UserError(f"--errors must be 'strict' or 'replace', not {errors!r}")
-    if not 0.0 <= valid_fraction < 1.0:
-        raise UserError(f"--valid-fraction must be in [0, 1), not {valid_fraction}")
-    if workers < 1 or chunk_bytes < 1 or shard_bytes < 1:
-        raise UserError("--workers, chunk and shard sizes must be positive")
+    # The command line's rules (its --shard-mb is declared there too), for a Python caller as well.
+    check_value(TextCorpusOptions, "errors", errors, "prepare")
+    check_value(PrepareOptions, "valid_fraction", valid_fraction, "prepare")
+    check_value(PrepareOptions, "workers", workers, "prepare")
+    if chunk_bytes < 1 or shard_bytes < 1:
+        raise UserError(
+            f"prepare: chunk and shard sizes must be positive, not {chunk_bytes} and {shard_bytes}"
+        )
     if out_dir.exists() and not overwrite:
         raise UserError(f"{out_dir}: already exists (pass --overwrite to replace it)")
     if out_dir.exists() and not out_dir.is_dir():

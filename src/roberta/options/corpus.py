@@ -57,6 +57,8 @@ class PrepareOptions:
     shard_mb: int = option(1024, "input megabytes per output shard (default {default})")
     overwrite: bool = option(False, "replace --out if it exists")
 
+    RANGES = {"workers": ">=1", "valid_fraction": "[0,1)", "shard_mb": ">=1"}
+
 
 @dataclass(frozen=True)
 class TrainTokenizerOptions:

@@ -10,6 +10,7 @@ from roberta.options.declare import check, model_option, option, required
 from roberta.options.inference import POOLS
 
 GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
+SQUAD_VERSIONS = ("1.1", "2.0")  # `qa.examples.VERSIONS`, which reads and checks them
 SIMCSE_TEMPERATURE = 0.05  # Gao et al. 2021, for unsupervised and supervised SimCSE alike
 
 
@@ -78,7 +79,7 @@ class SquadOptions:
     stride: int = option(128, "context tokens shared by consecutive windows (default {default})")
     max_query: int = option(64, "question tokens kept (default {default})")
 
-    CHOICES = {"version": ("1.1", "2.0")}
+    CHOICES = {"version": SQUAD_VERSIONS}
     RANGES = {"stride": ">=0", "max_query": ">=1"}
 
 

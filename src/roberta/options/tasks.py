@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from roberta.options.declare import model_option, option, required
-from roberta.options.finetune import GLUE_TASKS_HELP
+from roberta.options.finetune import GLUE_TASKS_HELP, SQUAD_VERSIONS
 from roberta.options.inference import POOLS
 
 WINOGRANDE_SIZES = ("xs", "s", "m", "l", "xl")
@@ -168,7 +168,7 @@ class EvaluateSquadOptions:
         metavar="FILE",
     )
 
-    CHOICES = {"version": ("1.1", "2.0")}
+    CHOICES = {"version": SQUAD_VERSIONS}
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from roberta.errors import UserError
 from roberta.io import read_json
+from roberta.options.finetune import SQUAD_VERSIONS, SquadOptions
+from roberta.validation import check_value
 
-VERSIONS = ("1.1", "2.0")
+VERSIONS = SQUAD_VERSIONS
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,8 @@ class SquadExample:
 
 
 def check_version(version: str) -> None:
-    if version not in VERSIONS:
-        raise UserError(f"SQuAD version must be one of {', '.join(VERSIONS)}, got {version!r}")
+    """The rule of `--version` (`SquadOptions`), for a Python caller too."""
+    check_value(SquadOptions, "version", version, "squad")
 
 
 def _field(obj, name: str, kind: type, path: Path, where: str):
