@@ -7,7 +7,8 @@
   finetune   `roberta finetune glue --task SST-2 --seeds 3` from CKPT in fp32 and in bf16: dev
              accuracy per seed (goal: bf16's median within fp32's seed spread)
   pretrain   `roberta pretrain --config configs/pretrain-cpu-20min.toml` on CORPUS for --steps steps in
-             fp32 and in bf16, from the same seed: the held-out loss at the last step (goal: within 1%)
+             fp32 and in bf16, from the same seed: the held-out loss at the last step (goal: within 1%);
+             `--pretrain-set model.dropout=0.1` (repeatable) changes that job
 Results: benchmarks/results/<date>-precision-quality.md.
 """
 
@@ -90,7 +91,7 @@ def part_pretrain(args, work: Path) -> dict:
         argv += ["--data", str(args.corpus), "--out", str(out), f"--train.max_steps={args.steps}"]
         argv += [f"--train.eval_every={args.steps // 4}", f"--train.checkpoint_every={args.steps}"]
         argv += ["--train.eval_batches=50", f"--train.precision={precision}", "--train.progress=false"]
-        argv += ["--train.report_to=none"]
+        argv += ["--train.report_to=none", *(f"--{setting}" for setting in args.pretrain_set)]
         roberta(argv, args.threads)
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         valid = [(r["step"], r["loss"]) for r in rows if r["split"] == "valid"]
@@ -112,6 +113,13 @@ def main() -> None:
     p.add_argument("--corpus", type=Path, required=True, help="a prepared corpus for the pretrain part")
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--steps", type=int, default=2000, help="pretraining steps of each run (default 2000)")
+    p.add_argument(
+        "--pretrain-set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="an override of the pretrain part's job, repeatable (e.g. model.dropout=0.1)",
+    )
     p.add_argument("--ft-steps", type=int, default=600, help="fine-tuning updates per seed (default 600)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=harness.ROOT / "benchmarks" / "results")

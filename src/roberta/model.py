@@ -7,6 +7,7 @@ The module knows nothing about devices, precision, parallelism or files.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -25,12 +26,39 @@ def make_positions(tokens: Tensor, padding_idx: int) -> Tensor:
     return (torch.cumsum(real, dim=1) * real).long() + padding_idx
 
 
-def dropout_mask(shape: tuple[int, ...], like: Tensor, p: float) -> Tensor:
-    """torch's dropout multiplier (0 or 1 / (1 - p)) for a tensor of `shape`, drawn as its kernel
-    draws it. A mask drawn for a whole tensor and read at some of its rows keeps the whole
-    tensor's random stream: computing fewer rows (`padding.py`) then leaves the numbers, dropout
-    included, those of the full forward (and HF's) to rounding."""
-    return like.new_empty(shape).bernoulli_(1 - p).div_(1 - p)
+def dropped_positions(shape: tuple[int, ...], like: Tensor, p: float) -> tuple[Tensor, float]:
+    """Where dropout with probability `p` zeroes a tensor of `shape` (booleans), and the scale of what
+    it keeps. A mask drawn for a whole tensor and read at some of its rows keeps the whole tensor's
+    random stream: computing fewer rows (`padding.py`) then leaves the numbers, dropout included,
+    those of the full forward.
+
+    In fp32, drawn as torch's kernel draws it (`bernoulli_`, one draw per element), so a seeded
+    training step is HF's to rounding. Under CPU autocast, where the numbers are bf16's and no
+    longer HF's bits anyway, from 15-bit integers: that sampler takes a fifth of `bernoulli_`'s
+    time, which is a fifth of a bf16 base step on a CPU with AMX."""
+    if not _cpu_autocast(like):
+        return like.new_empty(shape).bernoulli_(1 - p).eq(0), 1 / (1 - p)
+    # Two 15-bit integers per 31-bit draw of torch's generator (the state a checkpoint saves, so a
+    # run resumes exactly); a position is dropped when its integer is below round(p x 32768),
+    # i.e. p is rounded to a multiple of 2^-15 (0.1 becomes 0.100006).
+    count = math.prod(shape)
+    drop = min(round(p * 32768), 32767)
+    draws = torch.empty((count + 1) // 2, dtype=torch.int32, device=like.device).random_()  # [0, 2^31)
+    # Read as int16 pairs: the low half spans [-2^15, 2^15) (two values a threshold step), the high [0, 2^15).
+    thresholds = torch.tensor([2 * drop - 32768, drop], dtype=torch.int16, device=like.device)
+    dropped = draws.view(torch.int16).view(-1, 2).lt(thresholds).view(-1)[:count].view(shape)
+    return dropped, 32768 / (32768 - drop)
+
+
+def dropout(y: Tensor, module: nn.Dropout, rows: Tensor | None = None, positions: int = 0) -> Tensor:
+    """`module`'s dropout of `y`; with `rows`, `y` holds those rows of a [positions, width] tensor,
+    and the mask is drawn for all of it and read at them (`dropped_positions`)."""
+    if not module.training or module.p == 0:
+        return y
+    if rows is None and not _cpu_autocast(y):
+        return module(y)  # torch's own kernel: the same draws, one pass fewer
+    dropped, scale = dropped_positions((positions, y.size(-1)) if rows is not None else y.shape, y, module.p)
+    return y.masked_fill(dropped[rows] if rows is not None else dropped, 0) * scale
 
 
 class SelfAttention(nn.Module):
@@ -76,20 +104,23 @@ def attention(
     """Scaled dot-product attention with dropout `p`; with `query_positions` [B, slots], `q` holds
     the queries at those positions only ([B, heads, slots, head size]).
 
-    SDPA where its kernels can do the work. For some queries only, in training, SDPA's math kernel
-    written out (the kernel CPU training takes anyway: no other CPU kernel has dropout): the mask
-    is drawn for every query and read at the selected ones, so the random stream advances as the
-    full attention's does."""
-    if p == 0 or query_positions is None:
+    SDPA where its kernels can do the work. In CPU training (dropout on) with some queries only,
+    or under autocast, SDPA's math kernel written out (the kernel CPU training takes anyway: no
+    other CPU kernel has dropout): the mask is drawn for every query and read at the selected
+    ones, so the random stream advances as the full attention's does. Written out, the products
+    run in autocast's bf16 where SDPA's math kernel runs them in fp32; softmax stays fp32."""
+    if p == 0 or (query_positions is None and not _cpu_autocast(q)):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
     scale = q.size(-1) ** -0.25  # the kernel scales q and k by sqrt(1 / sqrt(head size)) each
     scores = (q * scale) @ (k * scale).transpose(-2, -1)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
     batch, heads, length = k.shape[:3]
-    mask = dropout_mask((batch, heads, length, length), scores, p)
-    mask = mask.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
-    return (scores.softmax(-1) * mask) @ v
+    dropped, keep_scale = dropped_positions((batch, heads, length, length), scores, p)
+    if query_positions is not None:
+        dropped = dropped.gather(2, query_positions[:, None, :, None].expand(-1, heads, -1, length))
+    # The kept probabilities' scale on v: a quarter of the elements when a query reads 128 keys of 64.
+    return scores.softmax(-1, dtype=torch.float32).masked_fill(dropped, 0) @ (v * keep_scale)
 
 
 class EncoderLayer(nn.Module):
@@ -110,19 +141,14 @@ class EncoderLayer(nn.Module):
         positions = unpadded.batch * unpadded.length if unpadded is not None else x.size(0) * x.size(1)
         rows = selected.flat if selected is not None else unpadded.index if unpadded is not None else None
 
-        def dropout(y: Tensor, module: nn.Dropout) -> Tensor:
-            if rows is None or not module.training or module.p == 0:
-                return module(y)
-            # The mask drawn for every position of the padded batch and read at the rows computed:
-            # the padded, full layer's random stream.
-            return y * dropout_mask((positions, y.size(-1)), y, module.p)[rows]
-
         a = self.attention(x, layout, selected)
         if selected is not None:
             x = selected.rows_of(x)
-        x = self.attention_layer_norm(x + dropout(a, self.dropout))
-        h = self.fc2(dropout(F.gelu(self.fc1(x)), self.activation_dropout))
-        return self.ffn_layer_norm(x + dropout(h, self.dropout))
+        # Masks drawn for every position of the padded batch and read at the rows computed: the
+        # padded, full layer's random stream.
+        x = self.attention_layer_norm(x + dropout(a, self.dropout, rows, positions))
+        h = self.fc2(dropout(F.gelu(self.fc1(x)), self.activation_dropout, rows, positions))
+        return self.ffn_layer_norm(x + dropout(h, self.dropout, rows, positions))
 
 
 class LMHead(nn.Module):
@@ -262,8 +288,8 @@ def _as_output(h: Tensor, select: Tensor | str | None, unpadded: Unpadded | None
     return unpadded.pad(h) if unpadded is not None else h
 
 
-def _cpu_autocast(tokens: Tensor) -> bool:
-    return tokens.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+def _cpu_autocast(t: Tensor) -> bool:
+    return t.device.type == "cpu" and torch.is_autocast_enabled("cpu")
 
 
 class EncoderOutput(NamedTuple):
@@ -323,7 +349,7 @@ class RobertaModel(nn.Module):
 
         Either way the numbers are the full padded forward's at the positions computed, to
         rounding; in training too, since dropout's masks are drawn for the full padded batch and
-        read at those positions (`dropout_mask`).
+        read at those positions (`dropped_positions`).
         attention_mask: [B, T], 0 at the positions no token attends to (HF's input, which an ONNX
         export takes); without it, those are the padding_idx tokens. Position ids count the
         non-padding ids either way, as fairseq's and HF's do, so the two agree on a right-padded batch.
@@ -336,7 +362,7 @@ class RobertaModel(nn.Module):
         # always applied, so that a graph traced with it keeps it for any input.
         attn_mask = ~padding[:, None, None, :] if attention_mask is not None or padding.any() else None
         x = self.embed_tokens(tokens) + self.embed_positions(make_positions(tokens, self.config.padding_idx))
-        x = self.dropout(self.embed_layer_norm(x))  # [B, T, H]
+        x = dropout(self.embed_layer_norm(x), self.dropout)  # [B, T, H]
         hidden_states = [x] if return_all_hiddens else None
         # Under CPU autocast (bf16 products in oneDNN), the computed rows in few sizes, where the
         # output is the selected rows alone (`Unpadded.of`).

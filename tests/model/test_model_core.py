@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from roberta import RobertaConfig, RobertaModel, UserError
-from roberta.model import make_positions
+from roberta.model import dropout, make_positions
 from roberta.tasks.pretrain import sinusoidal_positions
 
 MICRO = RobertaConfig(
@@ -241,3 +241,54 @@ def test_too_long_input_is_refused_with_the_limit():
     model = RobertaModel(MICRO)
     with pytest.raises(UserError, match="exceeds the model's 32 positions"):
         model(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_bf16_dropout_masks_drop_p_of_each_half_keep_the_rest_scaled_and_follow_the_seed():
+    """Under CPU autocast the masks come from two 15-bit integers per 31-bit draw: each half must drop
+    at p' = round(p x 32768) / 32768 (within 5 sigma over a million positions), what it keeps must be
+    exactly x / (1 - p'), and a seed must give the same masks."""
+    x = torch.ones(2000, 500)
+    module = torch.nn.Dropout(0.1).train()
+    p_prime = round(0.1 * 32768) / 32768
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.manual_seed(3)
+        y = dropout(x, module)
+        torch.manual_seed(3)
+        again = dropout(x, module)
+    assert y.dtype == torch.float32
+    assert torch.equal(y, again)
+    assert set(y.unique().tolist()) == {0.0, torch.tensor(1 / (1 - p_prime)).item()}  # in fp32
+    sigma = math.sqrt(p_prime * (1 - p_prime) / (x.numel() / 2))
+    for half in (y.view(-1)[0::2], y.view(-1)[1::2]):
+        assert abs(half.eq(0).float().mean().item() - p_prime) < 5 * sigma
+    assert not torch.equal(dropout(x, module), y)  # the stream moved on
+    assert torch.equal(dropout(x, module.eval()), x)
+
+
+def test_bf16_select_and_unpad_give_the_full_forwards_numbers_and_stream_in_training():
+    """Under CPU autocast (the bf16 sampler, attention written out) the masked-LM path (the last
+    layer at the selected positions, real tokens only) must still read the full padded forward's
+    masks: the same logits to bf16 rounding and the same random stream after."""
+    torch.manual_seed(0)
+    model = RobertaModel(MICRO).train()
+    tokens = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 11, 2, 1]])
+    select = torch.tensor(
+        [[False, True, False, True, True, False], [False, False, True, False, False, False]]
+    )
+
+    def run(selecting: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if selecting:
+                hidden = model(tokens, select=select, unpad=True).last_hidden_state
+            else:
+                hidden = model(tokens).last_hidden_state[select]
+            logits = model.lm_logits(hidden).float()
+        return logits.detach(), torch.rand(4)
+
+    full, part = run(False), run(True)
+    torch.testing.assert_close(part[0], full[0], atol=1e-3, rtol=1e-3)  # another seed moves them by 0.3
+    assert torch.equal(part[1], full[1])
+    torch.manual_seed(1)
+    other = model(tokens).last_hidden_state[select]  # fp32: torch's sampler, other masks
+    assert not torch.allclose(model.lm_logits(other), full[0], atol=0.1)
