@@ -8,7 +8,7 @@
              accuracy per seed (goal: bf16's median within fp32's seed spread)
   pretrain   `roberta pretrain --config configs/pretrain-cpu-20min.toml` on CORPUS for --steps steps in
              fp32 and in bf16, from the same seed: the held-out loss at the last step (goal: within 1%);
-             `--pretrain-set model.dropout=0.1` (repeatable) changes that job
+             `--pretrain-set model.dropout=0.1` (repeatable) changes that job (`--finetune-set` the other's)
 Results: benchmarks/results/<date>-precision-quality.md.
 """
 
@@ -71,7 +71,7 @@ def part_finetune(args, work: Path) -> dict:
         ]
         argv += ["--train.batch_size=32", "--optim.lr=1e-3", f"--train.eval_every={args.ft_steps // 2}"]
         argv += [f"--train.precision={precision}", "--train.progress=false"]
-        roberta(argv, args.threads)
+        roberta([*argv, *(f"--{setting}" for setting in args.finetune_set)], args.threads)
         scores = [
             json.loads(p.read_text())["best"]["value"]
             for p in sorted(out.glob("*/results.json"))
@@ -119,6 +119,13 @@ def main() -> None:
         default=[],
         metavar="SECTION.KEY=VALUE",
         help="an override of the pretrain part's job, repeatable (e.g. model.dropout=0.1)",
+    )
+    p.add_argument(
+        "--finetune-set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="an override of the finetune part's job, repeatable (e.g. model.dropout=0.1)",
     )
     p.add_argument("--ft-steps", type=int, default=600, help="fine-tuning updates per seed (default 600)")
     p.add_argument("--threads", type=int, default=2)
