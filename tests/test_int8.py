@@ -234,3 +234,23 @@ def test_a_quantized_model_is_not_saved(tmp_path):
     with pytest.raises(UserError, match="int8-quantized model is for serving only"):
         save(tmp_path / "ckpt", model)
     assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("amx_int8, engine", [(True, "onednn"), (False, None)])
+def test_int8_runs_on_onednn_where_the_cpu_has_amx_int8_units(monkeypatch, amx_int8, engine):
+    from roberta.runtime import int8
+    from roberta.runtime.precision import CpuUnits
+
+    if "onednn" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this torch has no oneDNN quantized engine")
+    monkeypatch.setattr(int8, "cpu_units", lambda: CpuUnits(amx_int8=amx_int8, avx512_vnni=True))
+    default = torch.backends.quantized.engine
+    assert int8.quantize_engine() == (engine or default)
+    torch.manual_seed(0)
+    linear = nn.Sequential(nn.Linear(64, 32))
+    x = torch.randn(5, 64)
+    quantized = quantize_linears(deepcopy(linear))
+    assert torch.backends.quantized.engine == default  # the process' engine is left as it was
+    # The weights were packed for the engine: the oneDNN ones give the same quantization's numbers.
+    assert isinstance(quantized[0], Int8Linear)
+    assert torch.allclose(quantized(x), linear(x), atol=0.05)

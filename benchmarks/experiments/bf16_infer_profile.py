@@ -10,6 +10,7 @@ docs/precision.md cites its figures.
 """
 
 import argparse
+import copy
 import os
 import random
 import statistics
@@ -36,45 +37,63 @@ def texts(count: int) -> list[str]:
     return random.Random(0).sample(lines, count)
 
 
-def hub_in(mode: str, hub: Roberta) -> Roberta:
-    """The hub switched to `mode`: fp32; bf16 (autocast, the weights cast at each call, as before
-    the hub held them); held (`use_precision("bf16")`: the weights held in bf16)."""
-    hub.use_precision("fp32" if mode == "fp32" else "bf16")
-    if mode == "bf16":
-        hub._held.release()
-    return hub
+def hubs(model: RobertaModel, tokenizer, modes: list[str]) -> dict[str, Roberta]:
+    """A hub per mode: fp32; bf16 (autocast, the weights cast at each call, as before the hub held
+    them); held (`use_precision("bf16")`: the weights held in bf16); int8 (`quantize` on torch's
+    default x86 engine); int8-onednn (quantized on the oneDNN engine, AMX's int8 products)."""
+    found = {}
+    for mode in modes:
+        hub = Roberta(copy.deepcopy(model), tokenizer).eval()
+        if mode in ("bf16", "held"):
+            hub.use_precision("bf16")
+            if mode == "bf16":
+                hub._held.release()
+        elif mode.startswith("int8"):
+            torch.backends.quantized.engine = "onednn" if mode == "int8-onednn" else "x86"
+            hub.quantize()
+        found[mode] = hub
+    torch.backends.quantized.engine = "x86"  # the packed weights keep the engine they were made for
+    return found
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile", action="store_true")
-    p.add_argument("--modes", default="fp32,bf16,held")
+    p.add_argument("--rows", type=int, default=10, help="rows of each profile table (default 10)")
+    p.add_argument("--modes", default="fp32,bf16,held,int8,int8-onednn")
+    p.add_argument("--sizes", default="1,16", help="sentences per call, comma-separated (default 1,16)")
+    p.add_argument("--draws", type=int, default=8, help="calls (draws of sentences) per size per round")
     args = p.parse_args()
     torch.set_num_threads(2)
     torch.manual_seed(0)
     tokenizer = load_tokenizer(DATA / "gpt2_bpe")
     model = RobertaModel(RobertaConfig.preset("base", vocab_size=tokenizer.vocab_size)).eval()
-    hub = Roberta(model, tokenizer).eval()
-    sample = texts(64)
-    ids = {n: hub.encode_batch(sample[:n]) for n in (1, 32)}
-    print(f"tokens: 1 sentence {len(ids[1][0])}, 32 sentences {sum(map(len, ids[32]))}")
-    modes = args.modes.split(",")
+    modes, sizes = args.modes.split(","), [int(n) for n in args.sizes.split(",")]
+    found = hubs(model, tokenizer, modes)
+    sample = texts(2000)
+    rng = random.Random(1)
+    # Each call a new draw of sentences, as a server's batches are: per-shape kernels are paid too.
+    draws = {
+        n: [found[modes[0]].encode_batch(rng.sample(sample, n)) for _ in range(args.draws)] for n in sizes
+    }
+    for batches in draws.values():
+        for hub in found.values():  # warm: each shape once
+            for ids in batches:
+                hub.embed(ids)
     times: dict = {}
     for r in range(args.rounds):
         for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
-            hub_in(mode, hub)
-            for n, seqs in ids.items():
-                hub.embed(seqs)  # warm
-                calls = 20 if n == 1 else 2
+            for n, batches in draws.items():
                 started = time.perf_counter()
-                for _ in range(calls):
-                    hub.embed(seqs)
-                times.setdefault((mode, n), []).append((time.perf_counter() - started) / calls * 1e3)
-    for (mode, n), values in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+                for ids in batches:
+                    found[mode].embed(ids)
+                tokens = sum(len(seq) for ids in batches for seq in ids)
+                times.setdefault((mode, n), []).append((time.perf_counter() - started) / tokens * 1e6)
+    for (mode, n), values in sorted(times.items(), key=lambda kv: (kv[0][1], modes.index(kv[0][0]))):
         print(
-            f"{mode:5s} {n:2d} sentences: median {statistics.median(values):7.1f} ms per call "
-            f"(rounds {', '.join(f'{v:.1f}' for v in values)})"
+            f"{mode:11s} {n:2d} sentences a call: median {statistics.median(values):5.0f} us a token "
+            f"(rounds {', '.join(f'{v:.0f}' for v in values)})"
         )
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     count = sum(m.weight.numel() for m in linears)
@@ -90,13 +109,12 @@ def main() -> None:
     )
     if args.profile:
         for mode in modes:
-            hub_in(mode, hub)
-            for n, seqs in ids.items():
-                hub.embed(seqs)
-                with profile(activities=[ProfilerActivity.CPU]) as found:
-                    hub.embed(seqs)
-                print(f"--- {mode}, {n} sentences")
-                print(found.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
+            for n, batches in draws.items():
+                with profile(activities=[ProfilerActivity.CPU]) as seen:
+                    for ids in batches:
+                        found[mode].embed(ids)
+                print(f"--- {mode}, {n} sentences a call, {len(batches)} calls")
+                print(seen.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 
 if __name__ == "__main__":
