@@ -72,7 +72,7 @@ def load_hub(options: ServeOptions) -> Roberta:
             require_cpu(device)  # before the minutes a large checkpoint takes to read
         hub = load(options.checkpoint).to(device)
         width = hub.model.config.hidden_size
-        precision = inference_precision(options.precision, options.int8, device, serving=True, width=width)
+        precision = inference_precision(options.precision, options.int8, device, width=width)
         if precision == "int8":
             from roberta.runtime.int8 import quantize_for_embed, sample_ids
 
