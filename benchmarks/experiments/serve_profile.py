@@ -37,6 +37,9 @@ HOST = "127.0.0.1"
 WRAPPER = """
 import runpy, sys, time
 import roberta.serve.endpoints as endpoints
+import roberta.runtime.int8 as int8
+if {engine!r}:
+    int8.quantize_engine = lambda: {engine!r}
 if {interval}:
     sys.setswitchinterval({interval})
 hub_call, trace = endpoints.run, open({trace!r}, "a", buffering=1)
@@ -212,22 +215,22 @@ def main() -> None:
     args = p.parse_args()
     ckpt, texts = checkpoint(args.work, args.data, args.preset), sentences(args.data)
     requests = {"embed": ("/embed", lambda t: {"text": t})}
-    for k, precision in enumerate(args.precision.split(",")):
+    for k, name in enumerate(args.precision.split(",")):
         port = args.port + k
+        # int8@x86, int8@onednn: int8 with its weights packed for that quantized engine.
+        precision, _, engine = name.partition("@")
         argv = [sys.executable, "-m", "roberta.cli", "serve", str(ckpt), "--precision", precision]
-        trace = Path(f"/tmp/serve-batches-{precision}.txt")
+        trace = Path(f"/tmp/serve-batches-{name}.txt")
         trace.unlink(missing_ok=True)
         # The server started through a wrapper that times each of the worker's hub calls (into `trace`)
         # and sets the interpreter's switch interval when asked.
         argv = [
             sys.executable,
             "-c",
-            WRAPPER.format(trace=str(trace), interval=args.switch_interval),
+            WRAPPER.format(trace=str(trace), interval=args.switch_interval, engine=engine),
             *argv[3:],
         ]
-        system = System(
-            precision, [*argv, *shlex.split(args.serve_args), "--port", str(port)], port, requests
-        )
+        system = System(name, [*argv, *shlex.split(args.serve_args), "--port", str(port)], port, requests)
         if args.threads:
             os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the server inherits it
         system.start()

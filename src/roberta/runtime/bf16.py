@@ -20,6 +20,8 @@ puts them back, exactly.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor, nn
 
@@ -35,54 +37,52 @@ class HeldWeights:
 
     def __init__(self, model: nn.Module):
         self.model = model
-        self._masters: dict[int, tuple[nn.Parameter, Tensor]] = {}  # id(parameter) -> (it, fp32 data)
-        self._swapped: list[tuple[nn.Module, str, nn.Parameter]] = []  # a tied weight's own parameter
+        # (module, name, fp32): the fp32 data of a parameter now holding bf16 data, or for a tied
+        # weight (`tied`) its own parameter, which a bf16 copy stands in for in that module.
+        self._held: list[tuple[nn.Module, str, Tensor, bool]] = []
         self._hooks: list = []
 
     @property
     def held(self) -> bool:
-        return bool(self._masters or self._swapped)
+        return bool(self._held)
 
     def hold(self) -> None:
         """Hold every product weight in bf16 (a no-op when they are held already)."""
         if self.held:
             return
         tied = {id(m.weight) for m in self.model.modules() if isinstance(m, nn.Embedding)}
+        done: dict[int, Tensor] = {}  # a parameter shared by two modules is cast once
         for module in self.model.modules():
             names = [n for n in _held_names(module) if getattr(module, n, None) is not None]
             for name in names:
                 parameter = getattr(module, name)
-                if parameter.dtype != torch.float32:
-                    continue
                 if id(parameter) in tied:  # the embedding's lookup keeps the fp32 weight
                     copy = nn.Parameter(parameter.detach().to(torch.bfloat16), requires_grad=False)
-                    self._swapped.append((module, name, parameter))
+                    self._held.append((module, name, parameter, True))
                     setattr(module, name, copy)
-                elif id(parameter) not in self._masters:
-                    self._masters[id(parameter)] = (parameter, parameter.data)
+                elif parameter.dtype == torch.float32 or id(parameter) in done:
+                    master = done.setdefault(id(parameter), parameter.data)
+                    self._held.append((module, name, master, False))
                     parameter.data = parameter.data.to(torch.bfloat16)
             if names:
-                # A function of its own: torch marks the hook it is given, which a bound method refuses.
-                self._hooks.append(module.register_state_dict_post_hook(lambda *a: self._fp32_state(*a)))
+                # A partial, not a bound method: torch marks the hook it is given, and a deep copy
+                # of the model copies it with this object.
+                self._hooks.append(module.register_state_dict_post_hook(functools.partial(_fp32_state, self)))
 
     def release(self) -> None:
         """The fp32 weights back in place, the very tensors held before (a no-op when none are held)."""
-        for parameter, master in self._masters.values():
-            parameter.data = master.to(parameter.device)
-        for module, name, parameter in self._swapped:
-            setattr(module, name, parameter)
+        for module, name, fp32, tied in self._held:
+            if tied:
+                setattr(module, name, fp32)
+            else:
+                getattr(module, name).data = fp32.to(getattr(module, name).device)
         for hook in self._hooks:
             hook.remove()
-        self._masters, self._swapped, self._hooks = {}, [], []
+        self._held, self._hooks = [], []
 
-    def _fp32_state(self, module: nn.Module, state: dict, prefix: str, _metadata) -> None:
-        """`state_dict()` of a held module: its fp32 masters, as if nothing were held."""
-        originals = {name: parameter for m, name, parameter in self._swapped if m is module}
-        for name in _held_names(module):
-            key = prefix + name
-            if key not in state:
-                continue
-            if name in originals:
-                state[key] = originals[name].detach()
-            elif id(current := getattr(module, name)) in self._masters:
-                state[key] = self._masters[id(current)][1]
+
+def _fp32_state(held: HeldWeights, module: nn.Module, state: dict, prefix: str, _metadata) -> None:
+    """`state_dict()` of a held module: its fp32 masters, as if nothing were held."""
+    for m, name, fp32, _ in held._held:
+        if m is module and prefix + name in state:
+            state[prefix + name] = fp32.detach()
