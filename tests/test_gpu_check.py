@@ -66,4 +66,6 @@ def test_the_figures_are_plausible(record):
     assert figures["finetune"]["RTE"]["examples_per_s"]["ours"]["median"] > 0
     assert figures["embed"]["sentences_per_s"]["ours"]["median"] > 0
     assert all(cell["requests_per_s"] > 0 for k, cell in figures["serve"].items() if k.endswith("clients"))
-    assert figures["attention"]["no padding"]["kernels"]
+    # bf16 training on a CPU writes its attention out: no SDPA kernel in any of the three cases.
+    assert len(figures["attention"]["checks"]) == 3 and all(figures["attention"]["checks"].values())
+    assert figures["attention"]["no padding"]["kernels"] == []
