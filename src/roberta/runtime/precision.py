@@ -96,7 +96,7 @@ def choose_precision(
     `environment` (ROBERTA_PRECISION) when given, else bf16 on a CUDA GPU with bf16 or on a CPU with
     native bf16 units for a model at least MIN_CPU_WIDTH wide (`width`: its hidden size), else
     fp32. `roberta serve` follows the same rule: on the AMX host int8 served at most 7% more requests
-    than bf16 held in bf16, at 1 and at 32 clients, with vectors 50x farther from fp32's
+    than bf16 held in bf16, at 1 and at 32 clients, with vectors 45x farther from fp32's
     (docs/precision.md). A pure function of what it is told, so each case is testable."""
     if requested != "auto":
         return requested
