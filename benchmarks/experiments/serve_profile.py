@@ -40,6 +40,15 @@ import roberta.serve.endpoints as endpoints
 import roberta.runtime.int8 as int8
 if {engine!r}:
     int8.quantize_engine = lambda: {engine!r}
+if {one_team}:  # the trial: OpenMP teams opened by the batcher's worker only
+    import torch
+    from roberta.serve.batcher import Batcher
+    threads, work = torch.get_num_threads(), Batcher._work
+    torch.set_num_threads(1)
+    def _work(self):
+        torch.set_num_threads(threads)
+        work(self)
+    Batcher._work = _work
 if {interval}:
     sys.setswitchinterval({interval})
 hub_call, trace = endpoints.run, open({trace!r}, "a", buffering=1)
@@ -202,6 +211,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--py-spy", help="py-spy's executable: profile each server in a second slice")
     p.add_argument("--threads", type=int, help="the server's OMP_NUM_THREADS (default: torch's, the cores)")
+    p.add_argument("--one-team", action="store_true", help="trial: OpenMP in the batcher's thread only")
     p.add_argument("--perf", action="store_true", help="perf record the server in a second slice")
     p.add_argument("--gil", action="store_true", help="py-spy: sample the GIL's holder only")
     p.add_argument("--preset", default="base", help="model preset (default base; tiny: the overhead alone)")
@@ -227,7 +237,9 @@ def main() -> None:
         argv = [
             sys.executable,
             "-c",
-            WRAPPER.format(trace=str(trace), interval=args.switch_interval, engine=engine),
+            WRAPPER.format(
+                trace=str(trace), interval=args.switch_interval, engine=engine, one_team=args.one_team
+            ),
             *argv[3:],
         ]
         system = System(name, [*argv, *shlex.split(args.serve_args), "--port", str(port)], port, requests)
