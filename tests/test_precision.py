@@ -82,7 +82,19 @@ def test_serve_on_auto_runs_bf16_on_an_amx_cpu_and_int8_only_when_asked(tmp_path
     config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=512, num_layers=1, num_heads=8,
                            ffn_size=1024, max_positions=66)  # fmt: skip
     wide = save(tmp_path / "wide", RobertaModel(config), tokenizer)
-    hub = load_hub(ServeOptions(str(wide)))
+    from roberta.serve import server
+
+    threads, seen, load_torch = torch.get_num_threads(), [], server._load_torch
+    monkeypatch.setattr(
+        server, "_load_torch", lambda *a: seen.append(torch.get_num_threads()) or load_torch(*a)
+    )
+    torch.set_num_threads(2)
+    try:
+        hub = load_hub(ServeOptions(str(wide)))
+        # Loaded on one thread (no OpenMP team but the batcher's), then the threads back for it.
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
     assert hub.precision == "bf16" and hub.model.layers[0].fc1.weight.dtype == torch.bfloat16
     assert load_hub(ServeOptions(str(wide), int8=True)).precision == "int8"
 

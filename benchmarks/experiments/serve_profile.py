@@ -49,6 +49,14 @@ if {one_team}:  # the trial: OpenMP teams opened by the batcher's worker only
         torch.set_num_threads(threads)
         work(self)
     Batcher._work = _work
+if {old_load}:  # the server before it loaded on one thread: the main thread's OpenMP team too
+    import torch
+    import roberta.serve.server as server
+    threads, load_torch = torch.get_num_threads(), server._load_torch
+    def _load_torch(options, device):
+        torch.set_num_threads(threads)
+        return load_torch(options, device)
+    server._load_torch = _load_torch
 if {interval}:
     sys.setswitchinterval({interval})
 hub_call, trace = endpoints.run, open({trace!r}, "a", buffering=1)
@@ -212,6 +220,7 @@ def main() -> None:
     p.add_argument("--py-spy", help="py-spy's executable: profile each server in a second slice")
     p.add_argument("--threads", type=int, help="the server's OMP_NUM_THREADS (default: torch's, the cores)")
     p.add_argument("--one-team", action="store_true", help="trial: OpenMP in the batcher's thread only")
+    p.add_argument("--old-load", action="store_true", help="load on every thread, as before 22:30")
     p.add_argument("--perf", action="store_true", help="perf record the server in a second slice")
     p.add_argument("--gil", action="store_true", help="py-spy: sample the GIL's holder only")
     p.add_argument("--preset", default="base", help="model preset (default base; tiny: the overhead alone)")
@@ -238,7 +247,11 @@ def main() -> None:
             sys.executable,
             "-c",
             WRAPPER.format(
-                trace=str(trace), interval=args.switch_interval, engine=engine, one_team=args.one_team
+                trace=str(trace),
+                interval=args.switch_interval,
+                engine=engine,
+                one_team=args.one_team,
+                old_load=args.old_load,
             ),
             *argv[3:],
         ]

@@ -51,7 +51,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 def load_hub(options: ServeOptions) -> Roberta:
     """The hub the server runs, in --precision: the checkpoint in torch (int8 after printing its
-    agreement, bf16 by autocast), or the ONNX export's graphs behind the same hub calls."""
+    agreement, bf16 with the products' weights held in bf16), or the ONNX export's graphs behind
+    the same hub calls."""
     if options.runtime == "onnx":
         from roberta.runtime.onnx_model import load_onnx
 
@@ -70,21 +71,37 @@ def load_hub(options: ServeOptions) -> Roberta:
             from roberta.runtime.int8 import require_cpu
 
             require_cpu(device)  # before the minutes a large checkpoint takes to read
-        hub = load(options.checkpoint).to(device)
-        width = hub.model.config.hidden_size
-        precision = inference_precision(options.precision, options.int8, device, width=width)
-        if precision == "int8":
-            from roberta.runtime.int8 import quantize_for_embed, sample_ids
-
-            # A server has no input of its own to compare on: the agreement is printed on sample text.
-            quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, None)
-        else:
-            hub.use_precision(precision)
+        # Loaded on one thread: the batcher's worker is then the only thread with an OpenMP team of
+        # its own, whose threads then spin between operators as libgomp lets them while it manages no
+        # more threads than cores: 8% more requests served (bf16, 32 clients, the median of five A/B
+        # pairs, -1% to +14%: benchmarks/results/2026-11-27-2225-serve-profile.md).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            hub = _load_torch(options, device)
+        finally:
+            torch.set_num_threads(threads)  # what the worker's first forward pass takes up
+        precision = hub.precision
     requested = "int8" if options.int8 else options.precision
     width = hub.model.config.hidden_size
     print(f"precision: {reason(requested, precision, hub.device, width)}", file=sys.stderr)
     hub.batch_tokens = options.max_batch_tokens
     return hub
+
+
+def _load_torch(options: ServeOptions, device: torch.device) -> Roberta:
+    """The checkpoint in --precision: int8 after printing its agreement on sample text, else
+    `use_precision` (bf16: the products' weights held in bf16)."""
+    hub = load(options.checkpoint).to(device)
+    width = hub.model.config.hidden_size
+    precision = inference_precision(options.precision, options.int8, device, width=width)
+    if precision == "int8":
+        from roberta.runtime.int8 import quantize_for_embed, sample_ids
+
+        # A server has no input of its own to compare on: the agreement is printed on sample text.
+        quantize_for_embed(hub, sample_ids(hub.tokenizer, hub.max_seq_len), -1, None)
+        return hub
+    return hub.use_precision(precision)
 
 
 def count_forward_passes(hub: Roberta) -> list[int]:
