@@ -52,24 +52,35 @@ def test_auto_picks_by_the_units_the_cpu_reports(requested, device, units, cuda_
 
 
 @pytest.mark.parametrize(
-    ("device", "units", "width", "expected"),
+    ("device", "units", "width", "serving", "expected"),
     [
-        ("cpu", AMX, 128, "fp32"),  # the CPU recipe's width: 2.5x slower in bf16 on AMX
-        ("cpu", AMX, 511, "fp32"),
-        ("cpu", AMX, 512, "bf16"),
-        ("cpu", AMX, 768, "bf16"),
-        ("cpu", AVX512_BF16, 1024, "bf16"),
-        ("cuda", NONE, 128, "bf16"),  # a GPU's bf16 pays at any width
+        ("cpu", AMX, 128, False, "fp32"),  # the CPU recipe's width: 2.5x slower in bf16 on AMX
+        ("cpu", AMX, 511, True, "fp32"),
+        ("cpu", AMX, 512, False, "bf16"),
+        ("cpu", AMX, 768, True, "int8"),
+        ("cpu", AVX512_BF16, 1024, False, "bf16"),
+        ("cuda", NONE, 128, False, "bf16"),  # a GPU's bf16 pays at any width
     ],
 )
-def test_auto_on_a_cpu_leaves_narrow_models_in_fp32(device, units, width, expected):
-    assert choose_precision("auto", device, units, device == "cuda", None, width) == expected
-    assert choose_precision("bf16", device, units, device == "cuda", None, width) == "bf16"
+def test_auto_on_a_cpu_leaves_narrow_models_in_fp32(device, units, width, serving, expected):
+    assert choose_precision("auto", device, units, device == "cuda", None, serving, width) == expected
+    assert choose_precision("bf16", device, units, device == "cuda", None, serving, width) == "bf16"
 
 
-def test_serve_on_auto_runs_bf16_on_an_amx_cpu_and_int8_only_when_asked(tmp_path, monkeypatch):
-    """On the AMX host int8 served at most 7% more requests than bf16 at 1 and 32 clients, with
-    vectors 45x farther from fp32's (docs/precision.md): `roberta serve`'s auto is every verb's."""
+@pytest.mark.parametrize(
+    ("units", "environment", "expected"),
+    [(AMX, None, "int8"), (AVX512_BF16, None, "bf16"), (NONE, None, "fp32"), (AMX, "fp32", "fp32")],
+)
+def test_auto_for_serving_follows_what_answered_requests_fastest(units, environment, expected):
+    """On the AMX host int8 (oneDNN's kernels) served more requests than bf16 at 1 and 32 clients
+    (docs/precision.md); a CPU without AMX's int8 units keeps the general choice."""
+    assert choose_precision("auto", "cpu", units, environment=environment, serving=True) == expected
+    assert choose_precision("bf16", "cpu", units, environment=environment, serving=True) == "bf16"
+
+
+def test_serve_loads_on_one_thread_and_runs_int8_on_auto_on_an_amx_cpu(tmp_path, monkeypatch):
+    """`roberta serve`'s auto on the AMX host is int8 (it answered requests fastest there), bf16
+    when asked for by name (the products' weights held in bf16)."""
     from data_fixtures import write_byte_tokenizer
     from roberta import RobertaConfig, RobertaModel
     from roberta.checkpoint import save
@@ -90,13 +101,13 @@ def test_serve_on_auto_runs_bf16_on_an_amx_cpu_and_int8_only_when_asked(tmp_path
     )
     torch.set_num_threads(2)
     try:
-        hub = load_hub(ServeOptions(str(wide)))
+        hub = load_hub(ServeOptions(str(wide), precision="bf16"))
         # Loaded on one thread (no OpenMP team but the batcher's), then the threads back for it.
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
     assert hub.precision == "bf16" and hub.model.layers[0].fc1.weight.dtype == torch.bfloat16
-    assert load_hub(ServeOptions(str(wide), int8=True)).precision == "int8"
+    assert load_hub(ServeOptions(str(wide))).precision == "int8"
 
 
 def test_a_wrong_environment_value_is_refused_in_one_line():

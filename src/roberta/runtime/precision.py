@@ -90,14 +90,15 @@ def choose_precision(
     units: CpuUnits,
     cuda_bf16: bool = False,
     environment: str | None = None,
+    serving: bool = False,
     width: int | None = None,
 ) -> str:
     """What `requested` runs as on a device: itself unless it is `auto`; `auto` is
     `environment` (ROBERTA_PRECISION) when given, else bf16 on a CUDA GPU with bf16 or on a CPU with
     native bf16 units for a model at least MIN_CPU_WIDTH wide (`width`: its hidden size), else
-    fp32. `roberta serve` follows the same rule: on the AMX host int8 served at most 7% more requests
-    than bf16 held in bf16, at 1 and at 32 clients, with vectors 45x farther from fp32's
-    (docs/precision.md). A pure function of what it is told, so each case is testable."""
+    fp32. `serving` (`roberta serve`): int8 on a CPU with AMX's int8 units (oneDNN's kernels), which
+    answered more requests than bf16 there at 1 client (19-22%) and at 32 (1-5%; docs/precision.md).
+    A pure function of what it is told, so each case is testable."""
     if requested != "auto":
         return requested
     if environment:
@@ -108,21 +109,28 @@ def choose_precision(
         return "bf16" if cuda_bf16 else "fp32"
     if device_type != "cpu" or (width is not None and width < MIN_CPU_WIDTH):
         return "fp32"
+    if serving and units.amx_int8:
+        return "int8"
     return "bf16" if units.native_bf16 else "fp32"
 
 
-def resolve(requested: str, device: torch.device, width: int | None = None) -> str:
+def resolve(requested: str, device: torch.device, serving: bool = False, width: int | None = None) -> str:
     """`choose_precision` for this machine: its units, its GPU, its environment."""
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     environment = os.environ.get(ENVIRONMENT)
-    return choose_precision(requested, device.type, cpu_units(), cuda_bf16, environment, width)
+    return choose_precision(requested, device.type, cpu_units(), cuda_bf16, environment, serving, width)
 
 
 def inference_precision(
-    requested: str, int8: bool, device: torch.device, runtime: str = "torch", width: int | None = None
+    requested: str,
+    int8: bool,
+    device: torch.device,
+    runtime: str = "torch",
+    serving: bool = False,
+    width: int | None = None,
 ) -> str:
     """An inference verb's `--precision` (and the older `--int8`, which is `--precision int8`) as
-    it runs on `device` with `runtime` for a model `width` wide;
+    it runs on `device` with `runtime` for a model `width` wide (`serving`: for `roberta serve`);
     UserError for a choice that cannot run there."""
     if requested not in INFERENCE:
         raise UserError(f"--precision {requested!r} unknown; choose one of {', '.join(INFERENCE)}")
@@ -134,7 +142,7 @@ def inference_precision(
         if requested == "bf16":
             raise UserError("--precision bf16: an ONNX export runs its fp32 graphs (or its int8 ones)")
         return "int8" if requested == "int8" else "fp32"
-    return resolve(requested, device, width)
+    return resolve(requested, device, serving, width)
 
 
 def reason(requested: str, chosen: str, device: torch.device, width: int | None = None) -> str:

@@ -94,7 +94,7 @@ def _load_torch(options: ServeOptions, device: torch.device) -> Roberta:
     `use_precision` (bf16: the products' weights held in bf16)."""
     hub = load(options.checkpoint).to(device)
     width = hub.model.config.hidden_size
-    precision = inference_precision(options.precision, options.int8, device, width=width)
+    precision = inference_precision(options.precision, options.int8, device, serving=True, width=width)
     if precision == "int8":
         from roberta.runtime.int8 import quantize_for_embed, sample_ids
 
