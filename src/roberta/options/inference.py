@@ -26,9 +26,10 @@ class HubOptions:
     )
     precision: str = option(
         "auto",
-        "fp32; bf16 (autocast: fp32 weights, bf16 matrix products, fp32 outputs); int8 (as "
-        "--int8); auto (default): bf16 on a CPU with AMX or AVX512-BF16 units (or a bf16 GPU), fp32 "
-        "elsewhere, or what ROBERTA_PRECISION says. The choice is printed to stderr",
+        "fp32; bf16 (matrix products in bf16, their weights held in bf16; LayerNorm and outputs fp32; "
+        "checkpoints untouched); int8 (as --int8); auto (default): bf16 on a CPU with AMX or "
+        "AVX512-BF16 units (or a bf16 GPU) for a model at least 512 wide, fp32 elsewhere, or what "
+        "ROBERTA_PRECISION says. The choice is printed to stderr",
     )
     int8: bool = option(
         False,
