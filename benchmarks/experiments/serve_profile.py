@@ -197,19 +197,24 @@ def perf(system: System, texts: list[str], clients: int, seconds: float) -> str:
     time.sleep(0.5)
     load(system.port, picker(system, "embed", texts), clients, seconds - 1)
     record.wait()
-    report = subprocess.run(
-        ["perf", "report", "-i", str(data), "--stdio", "--sort", "dso,sym", "--percent-limit", "0.7"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    rows = [line for line in report.splitlines() if line.strip() and not line.startswith("#")]
-    by_dso = subprocess.run(
-        ["perf", "report", "-i", str(data), "--stdio", "--sort", "dso", "--percent-limit", "0.5"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    dsos = [line for line in by_dso.splitlines() if line.strip() and not line.startswith("#")]
-    return "\n".join([f"perf {system.name}: by library", *dsos, "  by function", *rows[:40]])
+
+    def report(sort: str, percent_limit: str) -> list[str]:
+        argv = [
+            "perf",
+            "report",
+            "-i",
+            str(data),
+            "--stdio",
+            "--sort",
+            sort,
+            "--percent-limit",
+            percent_limit,
+        ]
+        out = subprocess.run(argv, capture_output=True, text=True).stdout
+        return [line for line in out.splitlines() if line.strip() and not line.startswith("#")]
+
+    rows = report("dso,sym", "0.7")
+    return "\n".join([f"perf {system.name}: by library", *report("dso", "0.5"), "  by function", *rows[:40]])
 
 
 def main() -> None:
