@@ -113,20 +113,14 @@ def main() -> None:
     p.add_argument("--corpus", type=Path, required=True, help="a prepared corpus for the pretrain part")
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--steps", type=int, default=2000, help="pretraining steps of each run (default 2000)")
-    p.add_argument(
-        "--pretrain-set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="an override of the pretrain part's job, repeatable (e.g. model.dropout=0.1)",
-    )
-    p.add_argument(
-        "--finetune-set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="an override of the finetune part's job, repeatable (e.g. model.dropout=0.1)",
-    )
+    for part in ("pretrain", "finetune"):
+        p.add_argument(
+            f"--{part}-set",
+            action="append",
+            default=[],
+            metavar="SECTION.KEY=VALUE",
+            help=f"an override of the {part} part's job, repeatable (e.g. model.dropout=0.1)",
+        )
     p.add_argument("--ft-steps", type=int, default=600, help="fine-tuning updates per seed (default 600)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=harness.ROOT / "benchmarks" / "results")
