@@ -249,7 +249,14 @@ def test_int8_runs_on_onednn_where_the_cpu_has_amx_int8_units(monkeypatch, amx_i
     torch.manual_seed(0)
     linear = nn.Sequential(nn.Linear(64, 32))
     x = torch.randn(5, 64)
+    packed_on, quantize = [], int8.quantize_dynamic
+    monkeypatch.setattr(
+        int8,
+        "quantize_dynamic",
+        lambda *a, **k: packed_on.append(torch.backends.quantized.engine) or quantize(*a, **k),
+    )
     quantized = quantize_linears(deepcopy(linear))
+    assert packed_on == [engine or default]  # the weights packed on that engine's kernels
     assert torch.backends.quantized.engine == default  # the process' engine is left as it was
     # The weights were packed for the engine: the oneDNN ones give the same quantization's numbers.
     assert isinstance(quantized[0], Int8Linear)
