@@ -94,7 +94,7 @@ CASES = [
     ),
     Case(
         "finetune/unknown-scheme",
-        "--scheme 'iob3': unknown tagging scheme (choose one of iob2, iob1, iobes, none)",
+        "argument --scheme: invalid choice: 'iob3' (choose from 'iob2', 'iob1', 'iobes', 'none')",
         argv=lambda e: e.finetune("--scheme", "iob3"),
     ),
     Case(

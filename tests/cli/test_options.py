@@ -99,6 +99,7 @@ def test_a_python_caller_meets_the_same_rules():
     from roberta.tasks.embed_distill import Similarity
     from roberta.tasks.finetune import load_finetune_job, runs
     from roberta.tasks.race import plan_race
+    from roberta.tasks.tag_data import TagColumns, evaluate_tagged
 
     rule = r"field '{}' must be (at least {}|a finite number), not {}$"
     job = load_finetune_job(None, [], 1e-5, 16, eval_every=5)
@@ -121,6 +122,10 @@ def test_a_python_caller_meets_the_same_rules():
             r"field 'valid_fraction' must be in \[0, 1\)",
         ),
         (lambda: check_version("3.0"), r"^squad: field 'version' must be one of 1\.1, 2\.0, not '3\.0'$"),
+        (
+            lambda: evaluate_tagged("gold.txt", "predicted.txt", TagColumns(), "iob3"),
+            r"^tagging: field 'scheme' must be one of iob2, iob1, iobes, none, not 'iob3'$",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(UserError, match=message):

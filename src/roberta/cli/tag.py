@@ -42,7 +42,6 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
 
         from roberta.cli.finetune import _run_finetune
         from roberta.tasks.tag import TagData, plan_tagging, tag_recipe
-        from roberta.tasks.tag_data import check_scheme
 
         files, o = options_from(args, TagFilesOptions), options_from(args, TagTrainingOptions)
         columns = _columns(args)
@@ -51,7 +50,7 @@ def finetune_tag(p: argparse.ArgumentParser) -> Handler:
             files.dev,
             files.test,
             columns,
-            check_scheme(args.scheme),
+            args.scheme,  # one of the declared choices: argparse refused any other
             columns.label_names,
             o.unseen_tags_as,
             o.label_all_tokens,

@@ -10,6 +10,7 @@ from roberta.options.finetune import GLUE_TASKS_HELP, SQUAD_VERSIONS
 from roberta.options.inference import POOLS
 
 WINOGRANDE_SIZES = ("xs", "s", "m", "l", "xl")
+TAG_SCHEMES = ("iob2", "iob1", "iobes", "none")
 # The Winograd ranking losses: fairseq's cross-entropy over the candidates, or Kocijan et al. 2019's
 # margin loss (`tasks.candidate_scoring.Loss` takes its defaults and rules from WscLossOptions).
 LOSSES = ("cross-entropy", "margin")
@@ -67,6 +68,8 @@ class TagColumnsOptions:
         "speech: scored by token accuracy)",
         metavar="S",
     )
+
+    CHOICES = {"scheme": TAG_SCHEMES}
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from pathlib import Path
 from roberta.errors import UserError
 from roberta.inputs.arrow import RECORD_SUFFIXES
 from roberta.inputs.rows import read_lines, read_records
+from roberta.options.tasks import TagColumnsOptions
+from roberta.validation import check_value
 
-SCHEMES = ("iob2", "iob1", "iobes", "none")
 # The prefixes each scheme's tags may carry ("none": tags are plain labels, parts of speech say).
 PREFIXES = {"iob2": "BI", "iob1": "BI", "iobes": "BIES"}
 DOCSTART = "-DOCSTART-"
@@ -43,9 +44,8 @@ class TagColumns:
 
 
 def check_scheme(scheme: str) -> str:
-    if scheme not in SCHEMES:
-        raise UserError(f"--scheme {scheme!r}: unknown tagging scheme (choose one of {', '.join(SCHEMES)})")
-    return scheme
+    """`scheme` if `--scheme` declares it (TagColumnsOptions), else a UserError."""
+    return check_value(TagColumnsOptions, "scheme", scheme, "tagging")
 
 
 def read_tagged(
