@@ -4,11 +4,11 @@
 Autocast casts every fp32 weight to bf16 at each call. Its cast cache, which would keep those
 copies for the life of an autocast context, is not used under `torch.inference_mode`, where the hub
 runs (torch 2.13: a Linear called three times in one context cast its weight three times), so
-each forward of the base shape cast 85.5M weights again: 28 ms of a 44 ms one-sentence `embed` on
-an AMX host, which made a single served sentence slower in bf16 than in fp32
-(benchmarks/experiments/bf16_infer_profile.py; docs/precision.md). Held in bf16 once, they are
-not cast again. The products are autocast's to the bit: its cast of an fp32 weight is the same
-rounding, done once.
+each forward of the base shape cast 85.5M weights again (29.7 ms on an AMX host), over half of a
+one-sentence `embed` (1,698 us a token against 795 held, fp32 1,667), which made a single served
+sentence slower in bf16 than in fp32 (benchmarks/results/2026-11-27-2225-serve-profile.md).
+Held in bf16 once, they are not cast again. The products are autocast's to the bit: its cast of
+an fp32 weight is the same rounding, done once.
 
 Held: every `nn.Linear`'s weight and bias (the encoder's, the heads'), and the masked-LM
 projection's, a bf16 copy of the tied token embedding (the embedding's lookup keeps reading the
@@ -37,8 +37,8 @@ class HeldWeights:
 
     def __init__(self, model: nn.Module):
         self.model = model
-        # (module, name, fp32): the fp32 data of a parameter now holding bf16 data, or for a tied
-        # weight (`tied`) its own parameter, which a bf16 copy stands in for in that module.
+        # (module, name, fp32, tied): the fp32 data of a parameter now holding bf16 data, or for a
+        # tied weight (`tied`) its own parameter, which a bf16 copy stands in for in that module.
         self._held: list[tuple[nn.Module, str, Tensor, bool]] = []
         self._hooks: list = []
 

@@ -6,12 +6,11 @@ fill-mask verbs on their input's first batch, `serve --int8` on `SAMPLE_TEXTS`).
 Dynamic quantization stores each `nn.Linear` weight as int8 and quantizes its input at each
 call (one scale per call, so a result depends slightly on what else shares its batch); the
 products run in int8 on torch's x86 (fbgemm) engine, or where the CPU has AMX's int8 units on its
-oneDNN engine, which runs them there: a base layer's three products on 512 rows in 0.6-1.1 ms
-against x86's 2.0-2.4 ms (bf16's 1.0-1.7), the same quantization (the same error to fp32), and a
-served batch of 16 sentences 183 us a token against x86's 293 (bf16 208, fp32 602;
-benchmarks/experiments/bf16_infer_profile.py, docs/precision.md). Embeddings, LayerNorm, GELU, attention
-scores and softmax stay fp32. Weights get one scale per output row rather than one per matrix:
-as fast (415 vs 417 ms for a base FFN on 1,024 tokens, one thread), and closer to fp32 (base
+oneDNN engine, which runs them there: the same quantization (the same error to fp32), and a
+base-shape call of 16 sentences 183 us a token against x86's 293 (bf16 208, fp32 602;
+benchmarks/results/2026-11-27-2225-serve-profile.md, docs/precision.md). Embeddings, LayerNorm,
+GELU, attention scores and softmax stay fp32. Weights get one scale per output row rather than one
+per matrix: as fast (415 vs 417 ms for a base FFN on 1,024 tokens, one thread), and closer to fp32 (base
 shape, random init, 128 SST-2 sentences: `<s>` cosine min 0.99909 vs 0.99890).
 
 The masked-LM projection onto the vocabulary stays fp32: it is the token embedding (tied), not an

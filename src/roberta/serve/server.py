@@ -73,8 +73,8 @@ def load_hub(options: ServeOptions) -> Roberta:
             require_cpu(device)  # before the minutes a large checkpoint takes to read
         # Loaded on one thread: the batcher's worker is then the only thread with an OpenMP team of
         # its own, whose threads then spin between operators as libgomp lets them while it manages no
-        # more threads than cores: 8% more requests served (bf16, 32 clients, the median of five A/B
-        # pairs, -1% to +14%: benchmarks/results/2026-11-27-2225-serve-profile.md).
+        # more threads than cores: 8.6% more requests served (bf16, 32 clients, the median of five A/B
+        # pairs, -0.7% to +14.3%: benchmarks/results/2026-11-27-2225-serve-profile.md).
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
