@@ -72,13 +72,7 @@ def main() -> None:
         row["retrieval_s"] = time.time() - started
         row["sts"] = evaluate_sts(model, sts_dev)
         if args.teacher:
-            from roberta.evaluation.sts import STS_COLUMNS
-            from roberta.similarity.pairs import read_pairs
-
-            pairs = read_pairs(sts_dev, STS_COLUMNS)
-            row["speed"] = speed(
-                model, args.teacher, [p.text for p in pairs] + [p.pair for p in pairs], args.rounds
-            )
+            row["speed"] = speed(model, args.teacher, sts_sentences(sts_dev), args.rounds)
         row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         print(json.dumps(row))
         with open(args.out, "a") as f:
