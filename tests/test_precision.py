@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from data_fixtures import glue_slice, save_micro_checkpoint
-from process_fixtures import run_killed_and_resumed
+from process_fixtures import run_figures, run_killed_and_resumed
 from roberta import load
 from roberta.errors import UserError
 from roberta.runtime.precision import CpuUnits, choose_precision, cpu_units, inference_precision
@@ -324,17 +324,11 @@ MICRO = (
     "--train.eval_every=6 --train.eval_batches=2 --train.checkpoint_every=3 --train.device=cpu "
     "--schedule.warmup_steps=2 --optim.lr=1e-3"
 ).split()
-TIMING = {"tokens_per_s", "mfu", "data_wait"}
 
 
 def pretrain_argv(corpus: Path, precision: str):
     data = ["--data", str(corpus / "corpus"), "--tokenizer", str(corpus / "tokenizer")]
     return lambda run: ["pretrain", *data, "--out", str(run), *MICRO, f"--train.precision={precision}"]
-
-
-def figures(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 @pytest.mark.slow
@@ -344,14 +338,14 @@ def test_bf16_pretraining_tracks_fp32_resumes_exactly_and_saves_fp32(micro_corpu
     final = "checkpoints/step-00000012/model.safetensors"
     whole, killed = (load_file(str(tmp_path / run / final)) for run in ("whole", "killed"))
     assert all(killed[k].equal(v) for k, v in whole.items())  # exact resume, in bf16 too
-    assert figures(tmp_path / "killed") == figures(tmp_path / "whole")
+    assert run_figures(tmp_path / "killed") == run_figures(tmp_path / "whole")
     assert {v.dtype for v in whole.values()} == {torch.float32}  # the checkpoint is fp32 whatever ran
     assert json.loads((tmp_path / "whole" / "job.json").read_text())["precision"] == "bf16"
 
     proc = roberta_cli(*pretrain_argv(micro_corpus, "fp32")(tmp_path / "fp32"))
     assert proc.returncode == 0, proc.stderr
     losses = {
-        name: [r["loss"] for r in figures(tmp_path / name) if r["split"] == "train"]
+        name: [r["loss"] for r in run_figures(tmp_path / name) if r["split"] == "train"]
         for name in ("whole", "fp32")
     }
     assert len(losses["whole"]) == len(losses["fp32"]) == 12
