@@ -39,11 +39,27 @@ def main() -> None:
     parser.add_argument("--similarity-weight", type=float, default=SIMILARITY_WEIGHT)
     parser.add_argument("--similarity-temperature", type=float, default=SIMILARITY_TEMPERATURE)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument(
+        "--init",
+        choices=["static", "pruned"],
+        default="static",
+        help="static: `--new-student`'s own start; pruned: cut from the teacher (pruned_student.py), its "
+        "importance read on the first --calibration pairs' texts",
+    )
+    parser.add_argument("--calibration", type=int, default=256)
+    parser.add_argument("--pruned-layers", default="", help="--init pruned: teacher layers kept, e.g. 4,5")
     args, overrides = parser.parse_known_args()
     data = EmbedData(Path(args.dev), tuple(args.text), Path(args.pairs) if args.pairs else None, Columns())
     similarity = Similarity(args.similarity_weight, args.similarity_temperature)
     job = recipe_job(DISTILL_EMBED_RECIPE, None, overrides)
     start = NewStudent(args.teacher, StudentShape.parse(args.new_student))
+    if args.init == "pruned":
+        from pruned_student import PrunedStudent
+
+        pairs = [json.loads(line) for line in Path(args.pairs).open(encoding="utf-8")][: args.calibration]
+        texts = tuple(text for pair in pairs for text in (pair["sentence1"], pair["sentence2"]))
+        layers = tuple(int(i) for i in args.pruned_layers.split(",")) if args.pruned_layers else ()
+        start = PrunedStudent(args.teacher, start.shape, texts=texts, layers=layers)
     plan = partial(plan_embedding_distillation, data, args.teacher, None, similarity=similarity)
     summary = finetune(job, args.out, start, plan, resume=args.resume)
     print(json.dumps(summary, indent=2, default=str))

@@ -59,6 +59,14 @@ if {old_load}:  # the server before it loaded on one thread: the main thread's O
     server._load_torch = _load_torch
 if {interval}:
     sys.setswitchinterval({interval})
+if {nice}:  # the trial: the event loop's threads below the worker's OpenMP team in the scheduler
+    import os, threading
+    from roberta.serve.batcher import Batcher
+    init = Batcher.__init__
+    def __init__(self, *a, **k):
+        init(self, *a, **k)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), {nice})
+    Batcher.__init__ = __init__
 hub_call, trace = endpoints.run, open({trace!r}, "a", buffering=1)
 def timed(hub, key, items):
     started = time.monotonic()
@@ -122,6 +130,13 @@ def mean_batch(port: int) -> tuple[float, float]:
     return count, total
 
 
+def thread_name(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() + f"#{tid}"
+    except OSError:
+        return f"?#{tid}"
+
+
 def thread_times(process: psutil.Process) -> dict[int, float]:
     return {t.id: t.user_time + t.system_time for t in process.threads()}
 
@@ -150,6 +165,9 @@ def measure(system: System, texts: list[str], clients: int, seconds: float) -> s
         f"the machine idle {idle:.2f} cores",
     ]
     lines.append(worker(Path(f"/tmp/serve-batches-{system.name}.txt"), *window))
+    used = sorted(((t - threads0.get(tid, 0.0), tid) for tid, t in threads1.items()), reverse=True)
+    busiest = [f"{thread_name(system.process.pid, tid)} {cpu / tally.seconds:.2f}" for cpu, tid in used[:6]]
+    lines.append(f"  {len(threads1)} threads; the busiest (cores): " + ", ".join(busiest))
     return "\n".join(lines)
 
 
@@ -226,6 +244,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, help="the server's OMP_NUM_THREADS (default: torch's, the cores)")
     p.add_argument("--one-team", action="store_true", help="trial: OpenMP in the batcher's thread only")
     p.add_argument("--old-load", action="store_true", help="load on every thread, as before 22:30")
+    p.add_argument("--nice", type=int, default=0, help="trial: the event loop's threads at this nice value")
     p.add_argument("--perf", action="store_true", help="perf record the server in a second slice")
     p.add_argument("--gil", action="store_true", help="py-spy: sample the GIL's holder only")
     p.add_argument("--preset", default="base", help="model preset (default base; tiny: the overhead alone)")
@@ -257,6 +276,7 @@ def main() -> None:
                 engine=engine,
                 one_team=args.one_team,
                 old_load=args.old_load,
+                nice=args.nice,
             ),
             *argv[3:],
         ]
