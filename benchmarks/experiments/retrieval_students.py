@@ -21,6 +21,7 @@ from roberta.similarity.pairs import Columns
 from roberta.tasks.embed import DISTILL_EMBED_RECIPE, EmbedData
 from roberta.tasks.embed_distill import Similarity, plan_embedding_distillation
 from roberta.tasks.embed_student import NewStudent, StudentShape
+from roberta.tasks.embed_student_pruned import PrunedStudent, calibration_texts
 from roberta.tasks.finetune import finetune, recipe_job
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -40,26 +41,19 @@ def main() -> None:
     parser.add_argument("--similarity-temperature", type=float, default=SIMILARITY_TEMPERATURE)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
-        "--init",
-        choices=["static", "pruned"],
+        "--student-init",
+        choices=["auto", "pruned", "static"],
         default="static",
-        help="static: `--new-student`'s own start; pruned: cut from the teacher (pruned_student.py), its "
-        "importance read on the first --calibration pairs' texts",
+        help="as `distill embed --student-init` (default static: the start of s1-s3 and p0-p3)",
     )
-    parser.add_argument("--calibration", type=int, default=256)
-    parser.add_argument("--pruned-layers", default="", help="--init pruned: teacher layers kept, e.g. 4,5")
     args, overrides = parser.parse_known_args()
     data = EmbedData(Path(args.dev), tuple(args.text), Path(args.pairs) if args.pairs else None, Columns())
     similarity = Similarity(args.similarity_weight, args.similarity_temperature)
     job = recipe_job(DISTILL_EMBED_RECIPE, None, overrides)
     start = NewStudent(args.teacher, StudentShape.parse(args.new_student))
-    if args.init == "pruned":
-        from pruned_student import PrunedStudent
-
-        pairs = [json.loads(line) for line in Path(args.pairs).open(encoding="utf-8")][: args.calibration]
-        texts = tuple(text for pair in pairs for text in (pair["sentence1"], pair["sentence2"]))
-        layers = tuple(int(i) for i in args.pruned_layers.split(",")) if args.pruned_layers else ()
-        start = PrunedStudent(args.teacher, start.shape, texts=texts, layers=layers)
+    if args.student_init != "static":
+        texts = partial(calibration_texts, data)
+        start = PrunedStudent(args.teacher, start.shape, texts=texts, fallback=args.student_init == "auto")
     plan = partial(plan_embedding_distillation, data, args.teacher, None, similarity=similarity)
     summary = finetune(job, args.out, start, plan, resume=args.resume)
     print(json.dumps(summary, indent=2, default=str))

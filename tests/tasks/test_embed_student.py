@@ -180,3 +180,130 @@ def test_a_teacher_whose_tokenizer_roberta_cannot_read_is_refused_before_anythin
     message = capsys.readouterr().err.strip()
     assert "\n" not in message and "roberta cannot read the teacher's tokenizer" in message
     assert 'normalizer.type is "Sequence", not "BertNormalizer"' in message
+
+
+def write_teacher(root: Path, kind: str, layers: int, ffn: int, like: Path) -> Path:
+    """A sentence-transformers teacher with a random `kind` body ("bert": `like`'s WordPiece
+    vocabulary; "roberta": a byte-level BPE one), TEACHER_WIDTH wide in 2 heads, mean-pooled."""
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    body = root / kind
+    if kind == "bert":
+        shutil.copytree(like.parent / "bert", body)
+        config = transformers.BertConfig(
+            vocab_size=len((body / "vocab.txt").read_text().splitlines()), hidden_size=TEACHER_WIDTH,
+            num_hidden_layers=layers, num_attention_heads=2, intermediate_size=ffn,
+            max_position_embeddings=64,
+        )  # fmt: skip
+        model = transformers.BertModel
+    else:
+        write_byte_tokenizer(body)
+        (body / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
+        config = transformers.RobertaConfig(
+            vocab_size=len(json.loads((body / "vocab.json").read_text())), hidden_size=TEACHER_WIDTH,
+            num_hidden_layers=layers, num_attention_heads=2, intermediate_size=ffn,
+            max_position_embeddings=66, pad_token_id=1,
+        )  # fmt: skip
+        model = transformers.RobertaModel
+    torch.manual_seed(0)
+    model(config).save_pretrained(body)
+    SentenceTransformer(modules=sentence_modules(body, 60), device="cpu").save(str(root / "st"))
+    return root / "st"
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_a_student_pruned_keeping_everything_is_its_teacher(kind, teacher, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from roberta.hub import Roberta
+    from roberta.tasks.embed_student_pruned import PrunedStudent
+
+    path = write_teacher(tmp_path, kind, layers=2, ffn=4 * TEACHER_WIDTH, like=teacher)
+    start = PrunedStudent(path, StudentShape(2, TEACHER_WIDTH), texts=lambda: MIXED, progress=False)
+    model, tokenizer = start.load(JobConfig())
+    assert model.config.num_heads == 2 and start.source.startswith(f"a 2x{TEACHER_WIDTH} student pruned from")
+    hub = Roberta(model, tokenizer).eval()
+    theirs = SentenceTransformer(str(path), device="cpu", local_files_only=True).encode(MIXED)
+    # The same vectors to LayerNorm's epsilon (the student's 1e-5 against BERT's 1e-12).
+    assert np.allclose(hub.embed(hub.encode_batch(MIXED)).numpy(), theirs, atol=1e-4)
+
+
+def test_pruning_keeps_the_most_active_channels_of_the_teachers_last_layers(teacher, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from roberta.tasks.embed_student_pruned import PrunedStudent, importance, top
+
+    path = write_teacher(tmp_path, "bert", layers=2, ffn=4 * TEACHER_WIDTH, like=teacher)
+    library = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    body = library[0].auto_model
+    loud = [1, 5, 9, 13, 17, 21, 25, 29]
+    with torch.no_grad():  # these channels come out of every LayerNorm 50x louder than the rest
+        for name, p in body.named_parameters():
+            if name.endswith("LayerNorm.weight"):
+                p[loud] *= 50
+    library.save(str(path))
+    found = importance(body, library.tokenizer, MIXED, 60)
+    channels = top(found.channels, 16)
+    assert set(loud) <= set(channels.tolist())
+    student, _ = PrunedStudent(path, StudentShape(1, 16), texts=lambda: MIXED, progress=False).load(
+        JobConfig()
+    )
+    last = body.encoder.layer[1]  # one layer kept: the teacher's last
+    assert torch.equal(student.layers[0].fc2.bias, last.output.dense.bias[channels].detach())
+    assert torch.equal(
+        student.embed_tokens.weight, body.embeddings.word_embeddings.weight[:, channels].detach()
+    )
+    proj = student.heads[EMBEDDING_HEAD].proj.weight  # each kept channel back at its own place
+    assert torch.equal(proj[channels].diagonal(), torch.ones(16)) and proj.abs().sum() == 16
+
+
+def test_auto_falls_back_to_the_static_start_where_the_teacher_cannot_be_pruned(
+    data, teacher, tmp_path, capsys
+):
+    from roberta.tasks.embed_student_pruned import PrunedStudent
+
+    # The 1-layer teacher: a 2-layer student cannot be cut from it.
+    auto = PrunedStudent(teacher, StudentShape(2, 16), texts=lambda: MIXED, progress=False, fallback=True)
+    model, _ = auto.load(JobConfig())
+    static, _ = NewStudent(teacher, StudentShape(2, 16), progress=False).load(JobConfig())
+    assert "student: the static start (2 layers are more than the teacher's 1)" in capsys.readouterr().out
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), static.state_dict().values()))
+
+    out = tmp_path / "run"
+    argv = [
+        "distill",
+        "embed",
+        "--new-student",
+        "2x16",
+        "--student-init",
+        "pruned",
+        "--teacher",
+        str(teacher),
+    ]
+    argv += ["--text", str(data["sentences"]), "--dev", str(data["dev"]), "--out", str(out)]
+    assert main(argv) == 2 and not out.exists()
+    message = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in message
+        and "2 layers are more than the teacher's 1; give --student-init static" in message
+    )
+
+
+def test_distill_embed_makes_a_pruned_student_from_the_command_line(data, teacher, tmp_path):
+    path = write_teacher(tmp_path, "bert", layers=2, ffn=4 * TEACHER_WIDTH, like=teacher)
+    out = tmp_path / "run"
+    argv = [
+        "distill",
+        "embed",
+        "--new-student",
+        "1x16",
+        "--teacher",
+        str(path),
+        "--text",
+        str(data["sentences"]),
+    ]
+    argv += ["--dev", str(data["dev"]), "--out", str(out), "--train.batch_size=8", "--train.epochs=1"]
+    assert main(argv) == 0
+    assert json.loads((out / "job.json").read_text())["init"].startswith("a 1x16 student pruned from")
+    assert load(out / "best").model.config.num_heads == 1  # the teacher's heads, 16 wide

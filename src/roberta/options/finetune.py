@@ -170,10 +170,17 @@ class DistillEmbedOptions:
     model: str | None = student_model("any", default=None, group="student")
     new_student: str | None = option(
         None,
-        "make the student from the teacher, e.g. 2x128: its vocabulary, its token vectors as the "
-        "embeddings, a head per 64 of width, FFN 4x (the recommended start)",
+        "make the student from the teacher, e.g. 2x128: its vocabulary, FFN 4x (the recommended start)",
         metavar="LAYERSxWIDTH",
         group="student",
     )
+    student_init: str = option(
+        "auto",
+        "--new-student's weights: pruned (cut from the teacher's last layers: its most active channels, "
+        "heads and neurons; BERT and RoBERTa teachers), static (the teacher's token vectors as the "
+        "embeddings, random layers, a head per 64 of width), auto (pruned where the teacher allows, "
+        "else static; default)",
+    )
 
     EXCLUSIVE = {"student": True}
+    CHOICES = {"student_init": ("auto", "pruned", "static")}

@@ -36,6 +36,7 @@ INIT_STD = 0.05  # the CPU recipe's init for the layers (configs/pretrain-cpu-ov
 class StudentShape:
     layers: int
     width: int
+    head_width: int = HEAD_WIDTH  # a student pruned from its teacher has the teacher's heads
 
     @classmethod
     def parse(cls, text: str) -> StudentShape:
@@ -47,13 +48,13 @@ class StudentShape:
         if shape.width % shape.heads:
             raise UserError(
                 f"--new-student {text!r}: a width of {shape.width} does not split into {shape.heads} "
-                f"attention heads (one per {HEAD_WIDTH} of width)"
+                f"attention heads (one per {shape.head_width} of width)"
             )
         return shape
 
     @property
     def heads(self) -> int:
-        return max(1, self.width // HEAD_WIDTH)
+        return max(1, self.width // self.head_width)
 
     def config(self, vocab_size: int, padding_idx: int, max_length: int) -> RobertaConfig:
         """The student's config: no dropout (a small model distilled on few sentences underfits),
