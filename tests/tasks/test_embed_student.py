@@ -267,7 +267,10 @@ def test_auto_falls_back_to_the_static_start_where_the_teacher_cannot_be_pruned(
     auto = PrunedStudent(teacher, StudentShape(2, 16), texts=lambda: MIXED, progress=False, fallback=True)
     model, _ = auto.load(JobConfig())
     static, _ = NewStudent(teacher, StudentShape(2, 16), progress=False).load(JobConfig())
+    static_source = lambda t, shape: f"a new {shape} student of {t}"  # noqa: E731
     assert "student: the static start (2 layers are more than the teacher's 1)" in capsys.readouterr().out
+    assert auto.source == static_source(teacher, "2x16") and auto.load(JobConfig())  # said once
+    assert "static start" not in capsys.readouterr().out
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), static.state_dict().values()))
 
     out = tmp_path / "run"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -162,14 +162,18 @@ def prune_into(model: RobertaModel, body, found: Importance) -> torch.Tensor:
 class PrunedStudent(NewStudent):
     """`NewStudent`'s vocabulary and shape, its weights cut from the teacher ranked on `texts()`
     (the transfer texts' first CALIBRATION_TEXTS); with `fallback`, the static start where the
-    teacher cannot be pruned to the shape, said on stderr."""
+    teacher cannot be pruned to the shape, said once in the log and in `source`."""
 
     texts: Callable[[], list[str]] = list
     pool: str = "mean"
     fallback: bool = False
 
+    _static: bool = field(default=False, repr=False)  # fell back to the static start
+
     @property
     def source(self) -> str:
+        if self._static:
+            return super().source
         return f"a {self.shape.layers}x{self.shape.width} student pruned from {self.teacher}"
 
     def load(self, job: JobConfig) -> tuple[RobertaModel, object]:
@@ -181,8 +185,11 @@ class PrunedStudent(NewStudent):
         if why is not None:
             if not self.fallback:
                 raise UserError(f"--student-init pruned: {why}; give --student-init static")
-            print(f"student: the static start ({why})", flush=True)
-            return NewStudent(self.teacher, self.shape, self.progress).load(job)
+            said, self._static = self._static, True
+            made = super().load(job)  # refuses what the static start refuses
+            if not said:
+                print(f"student: the static start ({why})", flush=True)
+            return made
         head = body.config.hidden_size // body.config.num_attention_heads
         self.shape = dataclasses.replace(self.shape, head_width=head)
         model, tokenizer = super().load(job)
