@@ -220,8 +220,15 @@ def test_a_student_pruned_keeping_everything_is_its_teacher(kind, teacher, tmp_p
     from roberta.tasks.embed_student_pruned import PrunedStudent
 
     path = write_teacher(tmp_path, kind, layers=2, ffn=4 * TEACHER_WIDTH, like=teacher)
-    start = PrunedStudent(path, StudentShape(2, TEACHER_WIDTH), texts=lambda: MIXED, progress=False)
+    read = []  # the teacher is cut once per command, however many members load the start
+    start = PrunedStudent(
+        path, StudentShape(2, TEACHER_WIDTH), texts=lambda: read.append(1) or MIXED, progress=False
+    )
     model, tokenizer = start.load(JobConfig())
+    again, _ = start.load(JobConfig())
+    assert read == [1] and all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values())
+    )
     assert model.config.num_heads == 2 and start.source.startswith(f"a 2x{TEACHER_WIDTH} student pruned from")
     hub = Roberta(model, tokenizer).eval()
     theirs = SentenceTransformer(str(path), device="cpu", local_files_only=True).encode(MIXED)

@@ -132,18 +132,22 @@ class NewStudent:
     def source(self) -> str:
         return f"a new {self.shape.layers}x{self.shape.width} student of {self.teacher}"
 
-    def load(self, job: JobConfig) -> tuple[RobertaModel, object]:
+    def tokens(self, teacher=None) -> tuple[object, np.ndarray, int]:
+        """`teacher_tokens` of the teacher (a SentenceEncoder, read here when not given), once."""
         from roberta.convert.sentence_transformers import SentenceEncoder
 
         if self._tokens is None:
-            teacher = SentenceEncoder.load(self.teacher)
+            teacher = teacher or SentenceEncoder.load(self.teacher)
             if self.shape.width > teacher.dim:
                 raise UserError(
                     f"--new-student {self.shape.layers}x{self.shape.width}: wider than the teacher's "
                     f"{teacher.dim}-dimensional vectors; a student is made narrower"
                 )
             self._tokens = teacher_tokens(teacher, self.progress)
-        tokenizer, vectors, max_length = self._tokens
+        return self._tokens
+
+    def load(self, job: JobConfig) -> tuple[RobertaModel, object]:
+        tokenizer, vectors, max_length = self.tokens()
         model = new_student(tokenizer, vectors, max_length, self.shape, job.train.seed)
         # Its masked-LM head is never trained: fill-mask refuses it, exports leave it out.
         return mark_without_lm_head(with_model_section(model, job.model, self.source), self.source), tokenizer

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from roberta.config import RobertaConfig
 from roberta.errors import UserError
 from roberta.model import EMBEDDING_HEAD, EmbeddingHead, RobertaModel
 from roberta.similarity.pairs import read_pairs
 from roberta.tasks.embed import EmbedData, read_sentences
-from roberta.tasks.embed_student import NewStudent, StudentShape
+from roberta.tasks.embed_student import FFN_RATIO, NewStudent, StudentShape
 from roberta.train.config import JobConfig
 
 BODIES = ("bert", "roberta")  # HF model types whose weights are read by name here
@@ -59,11 +60,10 @@ def why_not_pruned(body, shape: StudentShape) -> str | None:
         return f"the teacher is a {config.model_type!r} model; pruning reads BERT and RoBERTa bodies"
     if shape.layers > config.num_hidden_layers:
         return f"{shape.layers} layers are more than the teacher's {config.num_hidden_layers}"
-    if shape.width % head or 4 * shape.width > config.intermediate_size:
-        return (
-            f"a width of {shape.width} does not split into the teacher's heads of {head}, or its FFN "
-            f"(4x) is wider than the teacher's {config.intermediate_size}"
-        )
+    if shape.width % head:
+        return f"a width of {shape.width} does not split into the teacher's heads of {head}"
+    if FFN_RATIO * shape.width > config.intermediate_size:
+        return f"its FFN ({FFN_RATIO}x {shape.width}) is wider than the teacher's {config.intermediate_size}"
     return None
 
 
@@ -113,10 +113,13 @@ def top(scores: torch.Tensor, k: int) -> torch.Tensor:
     return scores.topk(k).indices.sort().values
 
 
-def prune_into(model: RobertaModel, body, found: Importance) -> torch.Tensor:
-    """`model`'s body (L layers of W, heads as wide as the teacher's) cut from the HF `body` by
-    `found`, from its last L layers; the residual channels kept, in order."""
-    config, teacher = model.config, body.config
+def pruned_weights(
+    config: RobertaConfig, body, found: Importance
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The body of a student of `config` (L layers of W, heads as wide as the teacher's) cut from the
+    HF `body` by `found`, from its last L layers, by parameter name; and the residual channels kept,
+    in order."""
+    teacher = body.config
     head = teacher.hidden_size // teacher.num_attention_heads
     c = top(found.channels, config.hidden_size)
     sd = {k: v.detach().float() for k, v in body.state_dict().items()}
@@ -129,7 +132,7 @@ def prune_into(model: RobertaModel, body, found: Importance) -> torch.Tensor:
     # RoBERTa numbers positions from padding_idx + 1, as the student does; BERT from 0.
     table = sd[emb + "position_embeddings.weight"] + sd[emb + "token_type_embeddings.weight"][0]
     table = table[pad + 1 :] if teacher.model_type == "roberta" else table
-    positions = torch.zeros_like(model.embed_positions.weight)
+    positions = torch.zeros(config.max_positions, config.hidden_size)
     positions[pad + 1 :] = table[: len(positions) - pad - 1, c]
     out["embed_positions.weight"] = positions
     first = teacher.num_hidden_layers - config.num_layers
@@ -152,51 +155,42 @@ def prune_into(model: RobertaModel, body, found: Importance) -> torch.Tensor:
         for ours, theirs in norms.items():
             out[f"{dst}{ours}.weight"] = sd[theirs + ".weight"][c]
             out[f"{dst}{ours}.bias"] = sd[theirs + ".bias"][c]
-    with torch.no_grad():
-        for name, value in out.items():
-            model.get_parameter(name).copy_(value)
-    return c
+    return out, c
 
 
 @dataclass
 class PrunedStudent(NewStudent):
     """`NewStudent`'s vocabulary and shape, its weights cut from the teacher ranked on `texts()`
-    (the transfer texts' first CALIBRATION_TEXTS); with `fallback`, the static start where the
-    teacher cannot be pruned to the shape, said once in the log and in `source`."""
+    (the transfer texts' first CALIBRATION_TEXTS), once per command; with `fallback`, the static
+    start where the teacher cannot be pruned to the shape, said once in the log and in `source`."""
 
     texts: Callable[[], list[str]] = list
     pool: str = "mean"
     fallback: bool = False
-
-    _static: bool = field(default=False, repr=False)  # fell back to the static start
+    # (why the teacher cannot be pruned to the shape, else None; the cut weights; the channels kept)
+    _cut: tuple[str | None, dict, torch.Tensor | None] | None = field(default=None, repr=False)
 
     @property
     def source(self) -> str:
-        if self._static:
+        if self._cut is not None and self._cut[0] is not None:
             return super().source
         return f"a {self.shape.layers}x{self.shape.width} student pruned from {self.teacher}"
 
     def load(self, job: JobConfig) -> tuple[RobertaModel, object]:
-        from roberta.convert.sentence_transformers import SentenceEncoder
-
-        encoder = SentenceEncoder.load(self.teacher)
-        body, hf_tokenizer = encoder.model[0].auto_model, encoder.model[0].tokenizer
-        why = why_not_pruned(body, self.shape)
-        if why is not None:
-            if not self.fallback:
-                raise UserError(f"--student-init pruned: {why}; give --student-init static")
-            said, self._static = self._static, True
-            made = super().load(job)  # refuses what the static start refuses
-            if not said:
-                print(f"student: the static start ({why})", flush=True)
-            return made
-        head = body.config.hidden_size // body.config.num_attention_heads
-        self.shape = dataclasses.replace(self.shape, head_width=head)
+        first = self._cut is None
+        if first:
+            self._cut = self._cut_from_teacher()
+        why, weights, channels = self._cut
         model, tokenizer = super().load(job)
-        texts = self.texts()[:CALIBRATION_TEXTS]
-        found = importance(body.float().eval(), hf_tokenizer, texts, encoder.max_length)
-        channels = prune_into(model, body, found)
-        vector = EmbeddingHead(model.config, self.pool, None if len(channels) == encoder.dim else encoder.dim)
+        if why is not None:
+            if first:
+                print(f"student: the static start ({why})", flush=True)
+            return model, tokenizer
+        with torch.no_grad():
+            for name, value in weights.items():
+                model.get_parameter(name).copy_(value)
+        dim = self._tokens[1].shape[1]  # the teacher's vectors' width
+        vector = EmbeddingHead(model.config, self.pool, None if len(channels) == dim else dim)
         model.add_head(EMBEDDING_HEAD, vector)
         if vector.proj is not None:  # at the start: the teacher's mean-pooled last layer on the kept channels
             with torch.no_grad():
@@ -204,3 +198,24 @@ class PrunedStudent(NewStudent):
                 vector.proj.bias.zero_()
                 vector.proj.weight[channels, torch.arange(len(channels))] = 1.0
         return model.train(), tokenizer
+
+    def _cut_from_teacher(self) -> tuple[str | None, dict, torch.Tensor | None]:
+        """The teacher read once: its vocabulary's vectors (`NewStudent.tokens`), then, where its
+        body allows the shape, the student's weights cut from it (the shape given its heads)."""
+        from roberta.convert.sentence_transformers import SentenceEncoder
+
+        encoder = SentenceEncoder.load(self.teacher)
+        body, hf_tokenizer = encoder.model[0].auto_model.float().eval(), encoder.model[0].tokenizer
+        why = why_not_pruned(body, self.shape)
+        if why is not None and not self.fallback:  # before the teacher reads its vocabulary
+            raise UserError(f"--student-init pruned: {why}; give --student-init static")
+        self.tokens(encoder)  # refuses what the static start refuses
+        if why is not None:
+            return why, {}, None
+        self.shape = dataclasses.replace(
+            self.shape, head_width=body.config.hidden_size // body.config.num_attention_heads
+        )
+        found = importance(body, hf_tokenizer, self.texts()[:CALIBRATION_TEXTS], encoder.max_length)
+        tokenizer, _, max_length = self._tokens
+        config = self.shape.config(tokenizer.vocab_size, tokenizer.pad_id, max_length)
+        return (None, *pruned_weights(config, body, found))
