@@ -38,6 +38,29 @@ def test_ranks_share_an_epoch_and_too_few_examples_are_refused():
         LengthBatches([1, 2, 3], 4, 0, 0, 2, True)
 
 
+def test_topic_batches_come_from_one_group_longest_first_and_resume():
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(10), 8)[rng.permutation(80)]  # 10 groups of 8: two batches each
+    lengths = rng.integers(1, 50, size=80)
+    batcher = LengthBatches(lengths, 4, seed=5, rank=0, world=1, group_by_length=False, groups=lambda: groups)
+    epoch = batcher.epoch(0)
+    assert sorted(np.concatenate(epoch).tolist()) == list(range(80))
+    assert all(len(set(groups[b].tolist())) == 1 for b in epoch)
+    assert all((np.diff(lengths[b]) <= 0).all() for b in epoch)
+    # The batches are shuffled across groups (not one group's two after each other throughout),
+    # and an epoch differs from the next.
+    assert any(groups[a][0] != groups[b][0] for a, b in zip(epoch[::2], epoch[1::2]))
+    assert not np.array_equal(np.concatenate(batcher.epoch(1)), np.concatenate(epoch))
+    straight = list(itertools.islice(batcher.from_position(0), 50))
+    resumed = LengthBatches(lengths, 4, 5, 0, 1, False, lambda: groups).from_position(30)
+    for a, b in zip(straight[30:], resumed):
+        assert np.array_equal(a, b)
+    # Groups of 6 in batches of 4: only a group's remainder shares a batch with another's.
+    sixes = np.repeat(np.arange(10), 6)
+    uneven = LengthBatches(lengths[:60], 4, 5, 0, 1, False, lambda: sixes).epoch(0)
+    assert sum(len(set(sixes[b].tolist())) > 1 for b in uneven) <= 10
+
+
 def test_held_out_and_hub_batches_are_longest_first_and_stable():
     lengths = [3, 9, 3, 9, 5]
     assert [b.tolist() for b in sorted_batches(lengths, 2)] == [[1, 3], [4, 0], [2]]

@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--dev", default=str(DATA / "glue" / "STS-B" / "dev.tsv"))
     parser.add_argument("--similarity-weight", type=float, default=SIMILARITY_WEIGHT)
     parser.add_argument("--similarity-temperature", type=float, default=SIMILARITY_TEMPERATURE)
+    parser.add_argument("--topic-batches", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
         "--student-init",
@@ -48,7 +49,7 @@ def main() -> None:
     )
     args, overrides = parser.parse_known_args()
     data = EmbedData(Path(args.dev), tuple(args.text), Path(args.pairs) if args.pairs else None, Columns())
-    similarity = Similarity(args.similarity_weight, args.similarity_temperature)
+    similarity = Similarity(args.similarity_weight, args.similarity_temperature, args.topic_batches)
     job = recipe_job(DISTILL_EMBED_RECIPE, None, overrides)
     start = NewStudent(args.teacher, StudentShape.parse(args.new_student))
     if args.student_init != "static":

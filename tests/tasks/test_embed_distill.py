@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from roberta.cli import main
 from roberta.errors import UserError
+from roberta.similarity.topics import topics
 from roberta.tasks.embed import regression
 from roberta.tasks.embed_distill import Similarity, distill_loss, structure_loss
 
@@ -89,6 +90,21 @@ def test_similarity_settings_out_of_range_are_refused(weight, temperature, cause
         Similarity(weight, temperature)
 
 
+def test_topics_find_separated_clusters_and_are_a_function_of_the_seed():
+    rng = np.random.default_rng(0)
+    centres = np.eye(8)[:4] * 10
+    vectors = np.concatenate([c + rng.normal(size=(25, 8)) for c in centres])  # 4 blobs of 25
+    found = topics(vectors, 4, seed=1)
+    truth = np.repeat(np.arange(4), 25)
+    # Each blob is one topic and each topic one blob, whatever the labels.
+    assert len({(t, f) for t, f in zip(truth, found)}) == 4 and len(set(found.tolist())) == 4
+    assert np.array_equal(topics(vectors, 4, seed=1), found)
+    assert topics(vectors, 1, seed=1).tolist() == [0] * 100
+    for count in (0, 101):
+        with pytest.raises(UserError, match=f"--topic-batches {count}: it must be between 1 and the 100"):
+            topics(vectors, count, seed=1)
+
+
 # --- through the command line ------------------------------------------------------------------
 
 
@@ -131,15 +147,26 @@ def test_pairs_teach_both_texts_and_the_similarity_weight_moves_the_student(data
     assert job["objective"] == "distillation (pairs)" and job["similarity"] == {
         "weight": 1.0,
         "temperature": 0.05,
+        "topics": 0,
     }
     final = "checkpoints/step-00000002/model.safetensors"
     a, b = load_file(str(plain / final)), load_file(str(structured / final))
     assert any(not a[k].equal(b[k]) for k in a)  # the lever changes what is learned
+    # Topic batches: the same run with its batches drawn from 2 topics learns from other batches.
+    topical = tmp_path / "topical"
+    assert 0 == main(
+        distill(data, teacher, pairs, topical, "--similarity-weight", "1", "--topic-batches", "2")
+    )
+    assert json.loads((topical / "job.json").read_text())["similarity"]["topics"] == 2
+    c = load_file(str(topical / final))
+    assert any(not b[k].equal(c[k]) for k in b)
 
 
 def test_distill_pairs_refusals_are_one_line(data, teacher, pairs, tmp_path, capsys):
     for extra, cause in [
         (("--similarity-weight", "-1"), "field 'similarity_weight' must be at least 0"),
+        (("--topic-batches", "-2"), "field 'topic_batches' must be at least 0"),
+        (("--topic-batches", "17"), "--topic-batches 17: it must be between 1 and the 16 training examples"),
         (("--text", str(data["sentences"])), "give --text"),
     ]:
         capsys.readouterr()

@@ -320,7 +320,7 @@ def _distill_embed(p: argparse.ArgumentParser) -> Handler:
             texts = partial(calibration_texts, data)
             shape, fallback = StudentShape.parse(o.new_student), o.student_init == "auto"
             start = PrunedStudent(o.teacher, shape, texts=texts, pool=pool or "mean", fallback=fallback)
-        similarity = Similarity(lever.similarity_weight, lever.similarity_temperature)
+        similarity = Similarity(lever.similarity_weight, lever.similarity_temperature, lever.topic_batches)
         plan = partial(plan_embedding_distillation, data, o.teacher, pool, similarity=similarity)
         _run_finetune(args, plan, DISTILL_EMBED_RECIPE, start=start)
 

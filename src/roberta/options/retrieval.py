@@ -63,4 +63,12 @@ class DistillLeverOptions:
         SIMILARITY_TEMPERATURE, "temperature of that softmax (default {default:g}, the teacher's own)"
     )
 
-    RANGES = {"similarity_weight": ">=0", "similarity_temperature": ">0"}
+    topic_batches: int = option(
+        0,
+        "draw each batch from one of this many topics, clusters of the teacher's vectors of the "
+        "(first) texts, so the in-batch structure ranks near passages (default {default}: batches "
+        "at random; about one topic per 4 batches, docs/retrieval.md)",
+        metavar="K",
+    )
+
+    RANGES = {"similarity_weight": ">=0", "similarity_temperature": ">0", "topic_batches": ">=0"}

@@ -9,7 +9,7 @@ lengths alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,11 @@ class LengthBatches:
     """Training micro-batches of example indices for rank `rank` of `world`, epoch after epoch,
     from any position: epoch e's order is a permutation seeded by (seed, e), cut into
     mega-batches of `MEGA_BATCH` micro-batches, each sorted by length (HF's `group_by_length`).
+    With `groups` (a function giving each example's group, such as its topic by
+    `similarity.topics`, called at the first epoch asked for: after the run's preparation, which
+    may make what it reads) a micro-batch is cut from one group instead: the groups in a seeded
+    order, each group's examples longest first, cut in turn and the micro-batches then shuffled,
+    so only a group's last, short remainder shares a batch.
     Rank r takes micro-batches r, r + world, ... So a resumed run computes where position p lies
     instead of replaying what came before."""
 
@@ -62,9 +67,11 @@ class LengthBatches:
         rank: int,
         world: int,
         group_by_length: bool,
+        groups: Callable[[], np.ndarray] | None = None,
     ):
         self.lengths, self.micro_batch_size, self.seed = np.asarray(lengths), micro_batch_size, seed
         self.rank, self.world, self.group_by_length = rank, world, group_by_length
+        self.groups, self._groups = groups, None
         self.per_epoch = -(-len(self.lengths) // micro_batch_size) // world
         if self.per_epoch == 0:
             raise UserError(
@@ -75,11 +82,22 @@ class LengthBatches:
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         if self._cache is None or self._cache[0] != epoch:
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.lengths))
-            if self.group_by_length:
-                mega = cut(order, MEGA_BATCH * self.micro_batch_size)
-                order = np.concatenate([m[longest_first(self.lengths[m])] for m in mega])
-            mine = cut(order, self.micro_batch_size)[self.rank :: self.world]
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(len(self.lengths))
+            if self.groups is not None:
+                if self._groups is None:
+                    self._groups = np.asarray(self.groups())
+                rank_of_group = rng.permutation(int(self._groups.max()) + 1)
+                # lexsort's last key sorts first; ties keep the permutation's order
+                order = order[np.lexsort((-self.lengths[order], rank_of_group[self._groups[order]]))]
+                batches = cut(order, self.micro_batch_size)
+                batches = [batches[i] for i in rng.permutation(len(batches))]
+            else:
+                if self.group_by_length:
+                    mega = cut(order, MEGA_BATCH * self.micro_batch_size)
+                    order = np.concatenate([m[longest_first(self.lengths[m])] for m in mega])
+                batches = cut(order, self.micro_batch_size)
+            mine = batches[self.rank :: self.world]
             self._cache = (epoch, mine[: self.per_epoch])
         return self._cache[1]
 

@@ -259,9 +259,11 @@ def embed_objective(
     world: int,
     temperature: float,
     teacher: Callable[[], np.ndarray] | None = None,
+    groups: Callable[[], np.ndarray] | None = None,
 ) -> Objective:
-    """Batches of the training examples (their teacher's vectors, rows of `teacher()`, if any) and
-    of the dev pairs, and the loss their keys call for (`embed_loss`)."""
+    """Batches of the training examples (their teacher's vectors, rows of `teacher()`, if any; a
+    batch from one of `groups`, if given) and of the dev pairs, and the loss their keys call for
+    (`embed_loss`)."""
     names = ("tokens", "pair", "negative")
 
     def collate(examples: Sequence[tuple[list[int], ...]], scores, indices: np.ndarray) -> Batch:
@@ -300,6 +302,7 @@ def embed_objective(
         best_metric="spearman",
         figures={"dev": ("loss", "pearson", "spearman")},
         counts=lambda batch: {"loss": len(batch["tokens"])},
+        train_groups=groups,
     )
     return dataclasses.replace(objective, tokens=processed)
 

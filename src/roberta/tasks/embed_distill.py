@@ -14,6 +14,9 @@ pairs of texts, and the teacher's similarity structure within each batch.
   only each vector on its own. For sentences, each one's softmax over the batch's other sentences.
   The default temperature, 0.05, is the scale of 20 all-MiniLM-L6-v2 was itself trained with
   (sentence-transformers' MultipleNegativesRankingLoss).
+- `--topic-batches K`: each batch drawn from one of K topics, clusters of the teacher's vectors of
+  the (first) texts (`similarity.topics`): the batch's other passages are near ones, whose order
+  the structure then teaches (topic-aware sampling, Hofstätter et al. 2021).
 
 The teacher reads every text once; its vectors are cached at RUN/teacher-vectors.npy ([N, D], a pair's
 two texts on consecutive rows).
@@ -33,6 +36,7 @@ from roberta.model import RobertaModel
 from roberta.options.finetune import SIMCSE_TEMPERATURE
 from roberta.options.retrieval import SIMILARITY_TEMPERATURE, SIMILARITY_WEIGHT, DistillLeverOptions
 from roberta.similarity.pairs import read_pairs
+from roberta.similarity.topics import check_count, topics
 from roberta.tasks.embed import (
     EmbedData,
     TeacherVectors,
@@ -53,16 +57,23 @@ from roberta.validation import check_value
 
 @dataclass(frozen=True)
 class Similarity:
-    """How much the teacher's in-batch similarity structure weighs beside its vectors, and the
-    temperature of the softmax over each text's cosines."""
+    """How much the teacher's in-batch similarity structure weighs beside its vectors, the
+    temperature of the softmax over each text's cosines, and the topics a batch is drawn from
+    (0: batches drawn at random)."""
 
     weight: float = SIMILARITY_WEIGHT
     temperature: float = SIMILARITY_TEMPERATURE
+    topics: int = 0
 
     def __post_init__(self) -> None:
         # The command line's rules and message ("field 'similarity_weight' must be ..."): a float
         # field is a finite number, the weight at least 0, the temperature positive.
-        for name, value in (("similarity_weight", self.weight), ("similarity_temperature", self.temperature)):
+        fields = (
+            ("similarity_weight", self.weight),
+            ("similarity_temperature", self.temperature),
+            ("topic_batches", self.topics),
+        )
+        for name, value in fields:
             check_value(DistillLeverOptions, name, value, "distill embed")
 
 
@@ -149,6 +160,8 @@ def plan_embedding_distillation(
     encoded, sentences = encode_data(data, tokenizer, max_length, progress)
     if data.pairs is not None and len(encoded.train) < 1:
         raise UserError(f"{data.pairs}: no pairs")
+    if similarity.topics:
+        check_count(similarity.topics, len(encoded.train))
     cache = TeacherVectors(teacher, transfer_texts(data, sentences), progress)
     per_example = 1 if data.pairs is None else 2
     teacher_vectors = (
@@ -156,8 +169,12 @@ def plan_embedding_distillation(
     )
 
     def objective(member: JobConfig, rank: int, world: int):
+        groups = None
+        if similarity.topics:  # the topics of the first texts, a pair's query, once the cache is made
+            seed = member.train.seed
+            groups = lambda: topics(cache.vectors()[::per_example], similarity.topics, seed)  # noqa: E731
         made = embed_objective(
-            encoded, heads, member, tokenizer.pad_id, rank, world, SIMCSE_TEMPERATURE, teacher_vectors
+            encoded, heads, member, tokenizer.pad_id, rank, world, SIMCSE_TEMPERATURE, teacher_vectors, groups
         )
         return dataclasses.replace(made, loss=lambda m, batch: distill_loss(m, batch, similarity))
 

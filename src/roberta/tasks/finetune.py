@@ -294,17 +294,19 @@ def batched_objective(
     figures: dict[str, Sequence[str]],
     counts: Callable[[Batch], dict[str, float]] = lambda batch: {"loss": len(batch["labels"])},
     row_updates: bool = False,
+    train_groups: Callable[[], np.ndarray] | None = None,
 ) -> Objective:
     """A fine-tuning Objective whose examples are batched here: training micro-batches by
     `LengthBatches` over `train_lengths`, each held-out set (its lengths, its collate) sorted by
     length. `train_batch` and the collates turn example indices into a batch; `figures` names
     what `metrics` reports for each held-out set; `heads` are the task's (`attach_heads`). With
     several held-out sets, figures (and `best_metric`, read from the first) are named "set/figure".
-    `row_updates`: the loss never reads the masked-LM head (`Objective.row_updates`)."""
+    `row_updates`: the loss never reads the masked-LM head (`Objective.row_updates`);
+    `train_groups`: each training example's group, a micro-batch cut from one (`LengthBatches`)."""
     job, rank, world = batching.job, batching.rank, batching.world
     micro_batch_size, _ = batch_plan(job, world)
     batcher = LengthBatches(
-        train_lengths, micro_batch_size, job.train.seed, rank, world, job.data.group_by_length
+        train_lengths, micro_batch_size, job.train.seed, rank, world, job.data.group_by_length, train_groups
     )
 
     def held_out(
