@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from roberta.options.declare import model_option, option
 from roberta.options.inference import POOLS
 
-# The lever's defaults, which `tasks.embed_distill.Similarity` takes from here. Weight 1 pays on
-# query-passage pairs: a 2 x 128 student distilled on them for 2 epochs found SQuAD v1.1 dev's
-# paragraph in its top 10 for 72.4% of the questions with it, 57.3% without, and ranked STS-B dev at
-# 79.2 against 74.0 (benchmarks/results/2026-11-27-retrieval.md). It stays off by default because
-# the `--text` recipe's STS-B 81.1 was measured without it and the lever is not yet measured there.
+# The lever's defaults, which `tasks.embed_distill.Similarity` takes from here. The weight pays on
+# query-passage pairs: from the static start, 1 against none took a 2 x 128 student's SQuAD v1.1 dev
+# recall@10 from 57.3 to 72.4 (benchmarks/results/2026-11-27-retrieval.md); from the pruned start,
+# which already ranks as its teacher does, 0.3 did best (benchmarks/results/2026-11-28-retrieval-3.md).
+# It stays off by default because the `--text` recipe's STS-B 81.1 was measured without it.
 SIMILARITY_WEIGHT = 0.0
 SIMILARITY_TEMPERATURE = 0.05  # all-MiniLM-L6-v2's own training scale of 20
 
@@ -57,7 +57,8 @@ class DistillLeverOptions:
         SIMILARITY_WEIGHT,
         "weight of the teacher's in-batch similarity structure beside its vectors: KL between the "
         "teacher's and the student's softmax over each text's cosines with the batch's others "
-        "(default {default:g}: off; 1 for retrieval students, docs/retrieval.md)",
+        "(default {default:g}: off; for retrieval students 0.3 from the pruned start, 4-16 from the "
+        "static one, docs/retrieval.md)",
     )
     similarity_temperature: float = option(
         SIMILARITY_TEMPERATURE, "temperature of that softmax (default {default:g}, the teacher's own)"
