@@ -141,9 +141,10 @@ def test_new_student_run_resumes_bit_identically_and_exports_what_it_embeds(data
         return [
             "distill", "embed", "--new-student", "2x16", "--teacher", str(teacher),
             "--text", str(data["sentences"]), "--dev", str(data["dev"]), "--out", str(out),
-            "--train.batch_size=8", "--train.epochs=3", "--optim.lr=1e-3",
+            "--train.batch_size=8", "--train.epochs=3", "--optim.lr=1e-3", "--topic-batches", "3",
         ]  # fmt: skip
 
+    # Batches on one topic too: the topics, made from the teacher's cache, are the same at resumption.
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     run_killed_and_resumed(args, whole, killed, "step-9:micro-batch-0")
     final = "checkpoints/step-00000018/model.safetensors"
@@ -151,6 +152,7 @@ def test_new_student_run_resumes_bit_identically_and_exports_what_it_embeds(data
     assert all(a[k].equal(b[k]) for k in a)
     job = json.loads((whole / "job.json").read_text())
     assert job["objective"] == "distillation" and job["init"].startswith("a new 2x16 student of")
+    assert job["similarity"]["topics"] == 3
 
     student = load(whole / "best")
     assert "lm_head.dense.weight" not in a  # never trained, so never saved: fill-mask refuses it
