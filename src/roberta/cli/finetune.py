@@ -306,20 +306,17 @@ def _distill_embed(p: argparse.ArgumentParser) -> Handler:
         from roberta.similarity.pairs import Columns
         from roberta.tasks.embed import DISTILL_EMBED_RECIPE
         from roberta.tasks.embed_distill import Similarity, plan_embedding_distillation
-        from roberta.tasks.embed_student import NewStudent, StudentShape
-        from roberta.tasks.embed_student_pruned import PrunedStudent, calibration_texts
+        from roberta.tasks.embed_student import StudentShape
+        from roberta.tasks.embed_student_pruned import student_start
         from roberta.tasks.finetune import Start
 
         o, lever = options_from(args, DistillEmbedOptions), options_from(args, DistillLeverOptions)
         data, pool = _embed_data(args, lever.pairs, Columns(lever.text_column, lever.pair_column))
         if o.new_student is None:
             start = Start(o.model)
-        elif o.student_init == "static":
-            start = NewStudent(o.teacher, StudentShape.parse(o.new_student))
         else:
-            texts = partial(calibration_texts, data)
-            shape, fallback = StudentShape.parse(o.new_student), o.student_init == "auto"
-            start = PrunedStudent(o.teacher, shape, texts=texts, pool=pool or "mean", fallback=fallback)
+            shape = StudentShape.parse(o.new_student)
+            start = student_start(o.teacher, shape, o.student_init, data, pool or "mean")
         similarity = Similarity(lever.similarity_weight, lever.similarity_temperature, lever.topic_batches)
         plan = partial(plan_embedding_distillation, data, o.teacher, pool, similarity=similarity)
         _run_finetune(args, plan, DISTILL_EMBED_RECIPE, start=start)

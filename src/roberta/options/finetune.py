@@ -12,6 +12,11 @@ from roberta.options.inference import POOLS
 GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
 SQUAD_VERSIONS = ("1.1", "2.0")  # `qa.examples.VERSIONS`, which reads and checks them
 SIMCSE_TEMPERATURE = 0.05  # Gao et al. 2021, for unsupervised and supervised SimCSE alike
+STUDENT_INITS = (
+    "auto",
+    "pruned",
+    "static",
+)  # where `distill embed --new-student` starts (tasks.embed_student_pruned)
 
 
 @dataclass(frozen=True)
@@ -183,4 +188,4 @@ class DistillEmbedOptions:
     )
 
     EXCLUSIVE = {"student": True}
-    CHOICES = {"student_init": ("auto", "pruned", "static")}
+    CHOICES = {"student_init": STUDENT_INITS}

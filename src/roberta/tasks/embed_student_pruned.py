@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -219,3 +220,14 @@ class PrunedStudent(NewStudent):
         tokenizer, _, max_length = self._tokens
         config = self.shape.config(tokenizer.vocab_size, tokenizer.pad_id, max_length)
         return (None, *pruned_weights(config, body, found))
+
+
+def student_start(
+    teacher: str, shape: StudentShape, init: str, data: EmbedData, pool: str = "mean"
+) -> NewStudent:
+    """`--new-student`'s start by `--student-init`: static (`NewStudent`), else cut from the
+    teacher on `data`'s first texts, `auto` falling back to the static start where it cannot be."""
+    if init == "static":
+        return NewStudent(teacher, shape)
+    texts = partial(calibration_texts, data)
+    return PrunedStudent(teacher, shape, texts=texts, pool=pool, fallback=init == "auto")
