@@ -19,6 +19,9 @@ SQuAD or RACE text:
 - sentences: the earlier distillation sentences (GLUE's training sentences and short corpus lines,
   benchmarks/experiments/sentence_embeddings.py), as GLUE's pairs where they come in pairs (STS-B,
   MRPC, RTE) and as neighbours otherwise.
+- questions (`--questions`): CommonsenseQA's training questions (its stems, never its dev split),
+  paired as neighbours, so the student sees the teacher's vectors of questions, the form SQuAD's
+  queries take, where the pseudo-queries are statements.
 """
 
 from __future__ import annotations
@@ -139,6 +142,15 @@ def sentence_pairs(data: Path, work: Path, seed: int) -> list[tuple[str, str]]:
     return [(sentences[i], sentences[i + 1]) for i in range(0, len(sentences) - 1, 2)]
 
 
+def question_pairs(data: Path, seed: int) -> list[tuple[str, str]]:
+    """CommonsenseQA's training questions, shuffled and paired as neighbours."""
+    path = data / "commonsenseqa" / "train_rand_split.jsonl"
+    questions = [json.loads(line)["question"]["stem"].strip() for line in path.open(encoding="utf-8")]
+    rng = random.Random(seed)
+    rng.shuffle(questions)
+    return [(questions[i], questions[i + 1]) for i in range(0, len(questions) - 1, 2)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -149,6 +161,7 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=20_000, help="ICT pairs (transfer)")
     parser.add_argument("--wiki-share", type=float, default=0.75, help="of the passages (transfer)")
     parser.add_argument("--no-sentences", action="store_true", help="transfer: passages only")
+    parser.add_argument("--questions", action="store_true", help="transfer: CommonsenseQA's questions too")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.what in ("squad", "squad2"):
@@ -161,6 +174,10 @@ def main() -> None:
         sentences = sentence_pairs(args.data, args.out.parent, args.seed)
         info["sentence_pairs"] = len(sentences)
         pairs += sentences
+    if args.questions:
+        questions = question_pairs(args.data, args.seed)
+        info["question_pairs"] = len(questions)
+        pairs += questions
     random.Random(args.seed).shuffle(pairs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:

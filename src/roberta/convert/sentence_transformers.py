@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import nn
 
 from roberta.errors import UserError
@@ -200,14 +201,25 @@ class SentenceEncoder:
         return ours
 
     def encode(
-        self, texts: list[str], progress: bool = True, batch_size: int = 64, what: str = "sentences"
+        self,
+        texts: list[str],
+        progress: bool = True,
+        batch_size: int = 64,
+        what: str = "sentences",
+        precision: str = "fp32",
     ) -> np.ndarray:
         """The model's vectors of `texts`, [N, dim] float32, in the order given, under a bar that
-        says what the teacher is encoding (the library's own bar reads 'Batches')."""
+        says what the teacher is encoding (the library's own bar reads 'Batches'); `precision`
+        (fp32 or bf16) is the autocast its products run under."""
         from tqdm import tqdm
 
+        from roberta.runtime.precision import autocast
+
         parts = [np.zeros((0, self.dim), dtype=np.float32)]
-        with tqdm(total=len(texts), desc=f"teacher: {what}", unit=" texts", disable=not progress) as bar:
+        with (
+            tqdm(total=len(texts), desc=f"teacher: {what}", unit=" texts", disable=not progress) as bar,
+            autocast(precision, torch.device("cpu")),
+        ):
             for start in range(0, len(texts), ENCODE_CHUNK):
                 chunk = texts[start : start + ENCODE_CHUNK]
                 vectors = self.model.encode(

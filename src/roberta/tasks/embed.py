@@ -375,16 +375,19 @@ class TeacherVectors:
     teacher: object | None  # roberta.convert.sentence_transformers.SentenceEncoder
     sentences: list[str]
     progress: bool = True
+    precision: str = "fp32"  # of the teacher's pass (fp32, bf16): part of what the cache was made from
     array: np.ndarray | None = None
 
     def prepare(self, out: Path, placement: distributed.Placement) -> None:
-        teacher = self.teacher
+        teacher, precision = self.teacher, self.precision
         want = (
-            {"teacher": teacher.fingerprint(), "data": texts_hash(self.sentences)}
+            {"teacher": teacher.fingerprint(), "data": texts_hash(self.sentences), "precision": precision}
             if placement.is_main
             else {}
         )
-        compute = lambda: teacher.encode(self.sentences, self.progress, what="the training sentences")  # noqa: E731
+        compute = lambda: teacher.encode(  # noqa: E731
+            self.sentences, self.progress, what="the training sentences", precision=precision
+        )
         self.array = cached_array(out, TEACHER_VECTORS, want, compute, placement)
         self.teacher = None
 
