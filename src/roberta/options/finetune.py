@@ -190,7 +190,7 @@ class DistillEmbedOptions:
     )
     teacher_precision: str = option(
         "auto",
-        "what the teacher's pass over the texts runs in: fp32, bf16 (autocast: 2.5x faster on passages "
+        "what the teacher's pass over the texts runs in: fp32, bf16 (autocast: 2.4x faster on passages "
         "with AMX, vectors within 1e-4 cosine of fp32's), or auto (default): bf16 on a CPU with native "
         "bf16 units (AMX, AVX512-BF16), else fp32; ROBERTA_PRECISION decides auto where it is set",
     )

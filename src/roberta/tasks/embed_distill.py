@@ -166,7 +166,7 @@ def plan_embedding_distillation(
     if similarity.topics:
         check_count(similarity.topics, len(encoded.train))
     # The teacher runs on the CPU (SentenceEncoder.load). Its pass is inference over many long texts,
-    # where bf16 paid even at all-MiniLM-L6-v2's 384 width (2.5x on passages, 1.8x on sentences with
+    # where bf16 paid even at all-MiniLM-L6-v2's 384 width (2.4x on passages, 2.5x on sentences with
     # AMX), unlike the narrow students' training that MIN_CPU_WIDTH keeps in fp32.
     cpu = torch.device("cpu")
     chosen = resolve(teacher_precision, cpu)
