@@ -35,7 +35,6 @@ from roberta.errors import UserError
 from roberta.model import RobertaModel
 from roberta.options.finetune import SIMCSE_TEMPERATURE
 from roberta.options.retrieval import SIMILARITY_TEMPERATURE, SIMILARITY_WEIGHT, DistillLeverOptions
-from roberta.runtime.precision import reason, resolve
 from roberta.similarity.pairs import read_pairs
 from roberta.similarity.topics import check_count, topics
 from roberta.tasks.embed import (
@@ -47,6 +46,7 @@ from roberta.tasks.embed import (
     embedding_heads,
     encode_data,
     regression,
+    teacher_pass_precision,
     vectors,
 )
 from roberta.tasks.finetune import Task, sequence_length
@@ -147,9 +147,8 @@ def plan_embedding_distillation(
     teacher_precision: str = "auto",
 ) -> Task:
     """The student `model` (from `source`) trained to give a sentence-transformers teacher's
-    vectors for the sentences of `data.text`, or both texts of `data.pairs`, and (`similarity`) its
-    similarity structure; RUN/best/ holds the best dev Spearman's checkpoint. The teacher's pass runs
-    in `teacher_precision` (auto: bf16 where the CPU has native bf16 units)."""
+    vectors (read in `teacher_precision`) for the sentences of `data.text`, or both texts of
+    `data.pairs`, and (`similarity`) its similarity structure; RUN/best/: the best dev Spearman's."""
     from roberta.convert.sentence_transformers import SentenceEncoder
 
     if data.pairs is not None and (data.columns.score or data.columns.negative):
@@ -165,16 +164,11 @@ def plan_embedding_distillation(
         raise UserError(f"{data.pairs}: no pairs")
     if similarity.topics:
         check_count(similarity.topics, len(encoded.train))
-    # The teacher runs on the CPU (SentenceEncoder.load). Its pass is inference over many long texts,
-    # where bf16 paid even at all-MiniLM-L6-v2's 384 width (2.4x on passages, 2.5x on sentences with
-    # AMX), unlike the narrow students' training that MIN_CPU_WIDTH keeps in fp32.
-    cpu = torch.device("cpu")
-    chosen = resolve(teacher_precision, cpu)
+    chosen, why = teacher_pass_precision(teacher_precision)
     cache = TeacherVectors(teacher, transfer_texts(data, sentences), progress, chosen)
     per_example = 1 if data.pairs is None else 2
-    teacher_vectors = (
-        cache.vectors if per_example == 1 else lambda: cache.vectors().reshape(-1, 2, teacher.dim)
-    )
+    shape = (-1, teacher.dim) if per_example == 1 else (-1, 2, teacher.dim)
+    teacher_vectors = lambda: cache.vectors().reshape(shape)  # noqa: E731
 
     def objective(member: JobConfig, rank: int, world: int):
         groups = None
@@ -193,7 +187,7 @@ def plan_embedding_distillation(
             "task": "embed",
             "objective": "distillation" + (" (pairs)" if data.pairs is not None else ""),
             "teacher": str(teacher_dir),
-            "teacher_precision": reason(teacher_precision, chosen, cpu),
+            "teacher_precision": why,
             "similarity": dataclasses.asdict(similarity),
             **_run_info(heads, encoded),
         },
