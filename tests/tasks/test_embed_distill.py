@@ -171,8 +171,13 @@ def test_pairs_teach_both_texts_and_the_similarity_weight_moves_the_student(data
 def test_the_teachers_pass_in_bf16_is_recorded_and_close_to_fp32(data, teacher, pairs, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    run = tmp_path / "bf16"
-    assert 0 == main(distill(data, teacher, pairs, run, "--teacher-precision", "bf16"))
+    # The run starts beside an fp32 cache of the same texts (another run's): the command makes its own.
+    fp32_run, run = tmp_path / "fp32", tmp_path / "bf16"
+    assert 0 == main(distill(data, teacher, pairs, fp32_run, "--teacher-precision", "fp32"))
+    run.mkdir()
+    for name in ("teacher-vectors.npy", "teacher-vectors.json"):
+        (run / name).write_bytes((fp32_run / name).read_bytes())
+    assert 0 == main(distill(data, teacher, pairs, run, "--teacher-precision", "bf16", "--resume"))
     assert json.loads((run / "job.json").read_text())["teacher_precision"] == "bf16"
     assert json.loads((run / "teacher-vectors.json").read_text())["precision"] == "bf16"
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]

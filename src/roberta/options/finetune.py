@@ -14,11 +14,8 @@ GLUE_TASKS_HELP = "CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE or WNLI"
 TEACHER_PRECISIONS = ("auto", "fp32", "bf16")
 SQUAD_VERSIONS = ("1.1", "2.0")  # `qa.examples.VERSIONS`, which reads and checks them
 SIMCSE_TEMPERATURE = 0.05  # Gao et al. 2021, for unsupervised and supervised SimCSE alike
-STUDENT_INITS = (
-    "auto",
-    "pruned",
-    "static",
-)  # where `distill embed --new-student` starts (tasks.embed_student_pruned)
+# Where `distill embed --new-student` starts (tasks.embed_student_pruned).
+STUDENT_INITS = ("auto", "pruned", "static")
 
 
 @dataclass(frozen=True)
