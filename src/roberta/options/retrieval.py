@@ -14,7 +14,10 @@ from roberta.options.inference import POOLS
 # which already ranks as its teacher does, 0.3 did best (benchmarks/results/2026-11-28-retrieval-3.md).
 # It stays off by default because the `--text` recipe's STS-B 81.1 was measured without it.
 SIMILARITY_WEIGHT = 0.0
-SIMILARITY_TEMPERATURE = 0.05  # all-MiniLM-L6-v2's own training scale of 20
+# all-MiniLM-L6-v2's own training scale of 20. A retrieval student learned more of the teacher's order
+# among a topic's near passages at 0.1 (benchmarks/results/2026-11-28-retrieval-5.md); the default
+# stays the teacher's, which the `--text` recipe and the earlier rounds were measured with.
+SIMILARITY_TEMPERATURE = 0.05
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,9 @@ class DistillLeverOptions:
         "static one, docs/retrieval.md)",
     )
     similarity_temperature: float = option(
-        SIMILARITY_TEMPERATURE, "temperature of that softmax (default {default:g}, the teacher's own)"
+        SIMILARITY_TEMPERATURE,
+        "temperature of that softmax (default {default:g}, the teacher's own; 0.1 for retrieval students "
+        "with --topic-batches, docs/retrieval.md)",
     )
 
     topic_batches: int = option(
